@@ -1,0 +1,193 @@
+package v1
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Cluster is one entry of the cluster map: a Ceph cluster the driver may talk to.
+type Cluster struct {
+	// ClusterID is the name StorageClasses, VolumeSnapshotClasses and volume IDs refer to.
+	ClusterID string `json:"clusterID"`
+	// Monitors are the monitor addresses ("host:port", "host" or "[v2:host:3300,v1:host:6789]").
+	Monitors []string `json:"monitors"`
+	// CephFS holds the defaults for CephFS volumes on this cluster.
+	CephFS CephFSDefaults `json:"cephFS,omitempty"`
+	// RBD holds the defaults for RBD volumes on this cluster.
+	RBD RBDDefaults `json:"rbd,omitempty"`
+}
+
+// CephFSDefaults are per-cluster defaults for CephFS volumes.
+type CephFSDefaults struct {
+	// SubvolumeGroup is the group subvolumes are created in when a StorageClass names none.
+	SubvolumeGroup string `json:"subvolumeGroup,omitempty"`
+	// RadosNamespace is the namespace of the metadata pool that holds the driver's own objects
+	// (journal, reference trackers).
+	RadosNamespace string `json:"radosNamespace,omitempty"`
+}
+
+// RBDDefaults are per-cluster defaults for RBD volumes.
+type RBDDefaults struct {
+	// RadosNamespace is the namespace images are created in when a StorageClass names none.
+	RadosNamespace string `json:"radosNamespace,omitempty"`
+}
+
+// ClusterMap is the whole configuration file: every cluster the driver serves.
+type ClusterMap []Cluster
+
+// DefaultSubvolumeGroup is used when neither the StorageClass nor the cluster map name a group.
+const DefaultSubvolumeGroup = "csi"
+
+// clusterIDPattern keeps IDs safe to embed in volume IDs, object names and metric labels.
+var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,35}$`)
+
+// rados names may not contain '/' or NUL; keep them printable too.
+var radosNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{0,64}$`)
+
+// ParseClusterMap decodes and validates a cluster map. Unknown fields are rejected so that a
+// misspelt key fails loudly instead of silently falling back to a default.
+func ParseClusterMap(data []byte) (ClusterMap, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var m ClusterMap
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("cluster map: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("cluster map: trailing data after the JSON array")
+	}
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Validate reports the first problem of the map, naming the entry and field.
+func (m ClusterMap) Validate() error {
+	if len(m) == 0 {
+		return fmt.Errorf("cluster map: no clusters defined")
+	}
+	seen := make(map[string]bool, len(m))
+	for i, c := range m {
+		if err := c.Validate(); err != nil {
+			return fmt.Errorf("cluster map entry %d: %w", i, err)
+		}
+		if seen[c.ClusterID] {
+			return fmt.Errorf("cluster map entry %d: clusterID %q appears twice", i, c.ClusterID)
+		}
+		seen[c.ClusterID] = true
+	}
+	return nil
+}
+
+// Validate checks one entry.
+func (c Cluster) Validate() error {
+	if !clusterIDPattern.MatchString(c.ClusterID) {
+		return fmt.Errorf("clusterID %q: want 1-36 characters of [A-Za-z0-9._-], starting alphanumeric", c.ClusterID)
+	}
+	if len(c.Monitors) == 0 {
+		return fmt.Errorf("cluster %q: monitors: at least one monitor address is required", c.ClusterID)
+	}
+	for _, mon := range c.Monitors {
+		if _, err := MonitorEndpoints(mon); err != nil {
+			return fmt.Errorf("cluster %q: monitors: %w", c.ClusterID, err)
+		}
+	}
+	if !radosNamePattern.MatchString(c.CephFS.SubvolumeGroup) {
+		return fmt.Errorf("cluster %q: cephFS.subvolumeGroup %q: want up to 64 characters of [A-Za-z0-9._-]", c.ClusterID, c.CephFS.SubvolumeGroup)
+	}
+	if !radosNamePattern.MatchString(c.CephFS.RadosNamespace) {
+		return fmt.Errorf("cluster %q: cephFS.radosNamespace %q: want up to 64 characters of [A-Za-z0-9._-]", c.ClusterID, c.CephFS.RadosNamespace)
+	}
+	if !radosNamePattern.MatchString(c.RBD.RadosNamespace) {
+		return fmt.Errorf("cluster %q: rbd.radosNamespace %q: want up to 64 characters of [A-Za-z0-9._-]", c.ClusterID, c.RBD.RadosNamespace)
+	}
+	return nil
+}
+
+// Lookup finds a cluster by ID.
+func (m ClusterMap) Lookup(clusterID string) (Cluster, bool) {
+	for _, c := range m {
+		if c.ClusterID == clusterID {
+			return c, true
+		}
+	}
+	return Cluster{}, false
+}
+
+// MonHost is the monitor list in the form librados' mon_host option takes.
+func (c Cluster) MonHost() string {
+	return strings.Join(c.Monitors, ",")
+}
+
+// SubvolumeGroupOrDefault is the cluster's subvolume group, or DefaultSubvolumeGroup.
+func (c Cluster) SubvolumeGroupOrDefault() string {
+	if c.CephFS.SubvolumeGroup != "" {
+		return c.CephFS.SubvolumeGroup
+	}
+	return DefaultSubvolumeGroup
+}
+
+// Default monitor ports: 3300 speaks msgr2, 6789 the legacy protocol; a bare host means 6789,
+// the same default librados applies.
+const (
+	MonitorPortV2 = 3300
+	MonitorPortV1 = 6789
+)
+
+// MonitorEndpoints turns one monitor entry into "host:port" strings a TCP dialer accepts. It
+// understands "host", "host:port", "[ipv6]:port" and the address vectors Ceph prints,
+// "[v2:host:3300,v1:host:6789]".
+func MonitorEndpoints(mon string) ([]string, error) {
+	s := strings.TrimSpace(mon)
+	if s == "" {
+		return nil, fmt.Errorf("empty monitor address")
+	}
+	if strings.HasPrefix(s, "[v") && strings.HasSuffix(s, "]") {
+		var out []string
+		for _, part := range strings.Split(s[1:len(s)-1], ",") {
+			proto, addr, ok := strings.Cut(part, ":")
+			if !ok || (proto != "v1" && proto != "v2") {
+				return nil, fmt.Errorf("monitor %q: address vector entry %q is not v1:<addr> or v2:<addr>", mon, part)
+			}
+			addr, _, _ = strings.Cut(addr, "/") // drop a nonce
+			ep, err := hostPort(mon, addr, map[string]int{"v1": MonitorPortV1, "v2": MonitorPortV2}[proto])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, ep)
+		}
+		return out, nil
+	}
+	s = strings.TrimPrefix(strings.TrimPrefix(s, "v1:"), "v2:")
+	ep, err := hostPort(mon, s, MonitorPortV1)
+	if err != nil {
+		return nil, err
+	}
+	return []string{ep}, nil
+}
+
+func hostPort(orig, s string, defPort int) (string, error) {
+	host, port := s, ""
+	if h, p, err := net.SplitHostPort(s); err == nil {
+		host, port = h, p
+	} else if strings.Count(s, ":") > 1 && !strings.HasPrefix(s, "[") {
+		host = s // a bare IPv6 address
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "" || strings.ContainsAny(host, " /,[]") {
+		return "", fmt.Errorf("monitor %q: bad host %q", orig, host)
+	}
+	if port == "" {
+		port = strconv.Itoa(defPort)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("monitor %q: bad port %q", orig, port)
+	}
+	return net.JoinHostPort(host, port), nil
+}

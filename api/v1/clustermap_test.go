@@ -1,0 +1,98 @@
+package v1
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseClusterMap(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantErr string // substring; "" means success
+	}{
+		{"minimal", `[{"clusterID":"a","monitors":["127.0.0.1:6789"]}]`, ""},
+		{"full", `[{"clusterID":"prod-1","monitors":["10.0.0.1","[v2:10.0.0.2:3300,v1:10.0.0.2:6789]"],
+			"cephFS":{"subvolumeGroup":"g","radosNamespace":"ns"},"rbd":{"radosNamespace":"k8s"}}]`, ""},
+		{"empty array", `[]`, "no clusters defined"},
+		{"not json", `{`, "cluster map"},
+		{"object not array", `{"clusterID":"a"}`, "cluster map"},
+		{"unknown field", `[{"clusterID":"a","monitors":["m"],"monitor":["x"]}]`, `unknown field "monitor"`},
+		{"missing id", `[{"monitors":["m"]}]`, `clusterID ""`},
+		{"id with slash", `[{"clusterID":"a/b","monitors":["m"]}]`, `clusterID "a/b"`},
+		{"id too long", `[{"clusterID":"` + strings.Repeat("x", 37) + `","monitors":["m"]}]`, "clusterID"},
+		{"no monitors", `[{"clusterID":"a"}]`, "monitors: at least one"},
+		{"bad port", `[{"clusterID":"a","monitors":["h:99999"]}]`, `bad port "99999"`},
+		{"bad vector", `[{"clusterID":"a","monitors":["[v3:h:1]"]}]`, "not v1:<addr>"},
+		{"duplicate", `[{"clusterID":"a","monitors":["m"]},{"clusterID":"a","monitors":["m"]}]`, "appears twice"},
+		{"bad group", `[{"clusterID":"a","monitors":["m"],"cephFS":{"subvolumeGroup":"a/b"}}]`, "cephFS.subvolumeGroup"},
+		{"bad rbd ns", `[{"clusterID":"a","monitors":["m"],"rbd":{"radosNamespace":"x y"}}]`, "rbd.radosNamespace"},
+		{"trailing", `[{"clusterID":"a","monitors":["m"]}] []`, "trailing data"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := ParseClusterMap([]byte(tt.in))
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if len(m) == 0 {
+					t.Fatal("empty map without error")
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestMonitorEndpoints(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{"10.0.0.1", []string{"10.0.0.1:6789"}, false},
+		{"10.0.0.1:3300", []string{"10.0.0.1:3300"}, false},
+		{"mon.example.com", []string{"mon.example.com:6789"}, false},
+		{"[v2:10.0.0.1:3300,v1:10.0.0.1:6789]", []string{"10.0.0.1:3300", "10.0.0.1:6789"}, false},
+		{"[v2:10.0.0.1:3300/0,v1:10.0.0.1:6789/0]", []string{"10.0.0.1:3300", "10.0.0.1:6789"}, false},
+		{"v1:10.0.0.1:6789", []string{"10.0.0.1:6789"}, false},
+		{"[2001:db8::1]:6789", []string{"[2001:db8::1]:6789"}, false},
+		{"2001:db8::1", []string{"[2001:db8::1]:6789"}, false},
+		{"", nil, true},
+		{"h:0", nil, true},
+		{"h:x", nil, true},
+		{"a b", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := MonitorEndpoints(tt.in)
+		if (err != nil) != tt.err {
+			t.Errorf("MonitorEndpoints(%q) error = %v, want error %v", tt.in, err, tt.err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("MonitorEndpoints(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestLookupAndDefaults(t *testing.T) {
+	m := ClusterMap{
+		{ClusterID: "a", Monitors: []string{"m1", "m2"}},
+		{ClusterID: "b", Monitors: []string{"m3"}, CephFS: CephFSDefaults{SubvolumeGroup: "g"}},
+	}
+	a, ok := m.Lookup("a")
+	if !ok || a.MonHost() != "m1,m2" || a.SubvolumeGroupOrDefault() != DefaultSubvolumeGroup {
+		t.Fatalf("lookup a = %+v, %v", a, ok)
+	}
+	if b, _ := m.Lookup("b"); b.SubvolumeGroupOrDefault() != "g" {
+		t.Fatalf("group of b = %q", b.SubvolumeGroupOrDefault())
+	}
+	if _, ok := m.Lookup("c"); ok {
+		t.Fatal("lookup of unknown cluster succeeded")
+	}
+}

@@ -1,0 +1,79 @@
+// Command monoceph is a Ceph CSI driver: RBD and CephFS volumes, network fencing and changed
+// block tracking in one binary. Flags choose what a process serves.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/driver"
+	"github.com/monoceph/monoceph/internal/version"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func parseFlags(args []string) (driver.Config, bool, error) {
+	fs := flag.NewFlagSet("monoceph", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	var cfg driver.Config
+	var typ, mode string
+	fs.StringVar(&typ, "type", "", "storage backend: rbd or cephfs")
+	fs.StringVar(&mode, "mode", string(driver.ModeAll), "CSI services to run: controller, node or all")
+	fs.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("CSI_ENDPOINT"), "CSI endpoint, unix:///path/to/csi.sock (default $CSI_ENDPOINT)")
+	fs.StringVar(&cfg.NodeID, "nodeid", "", "this node's ID (required in node and all modes)")
+	fs.StringVar(&cfg.DriverName, "drivername", "", "CSI driver name (default "+driver.DefaultRBDDriverName+" or "+driver.DefaultCephFSDriverName+")")
+	fs.StringVar(&cfg.ClusterConfig, "cluster-config", "/etc/monoceph/clusters.json", "path of the cluster map (JSON)")
+	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port for /metrics and /healthz (empty: off)")
+	fs.DurationVar(&cfg.CephTimeouts.Connect, "ceph-connect-timeout", ceph.DefaultTimeouts.Connect, "bound on connecting to a Ceph cluster")
+	fs.DurationVar(&cfg.CephTimeouts.Op, "ceph-op-timeout", ceph.DefaultTimeouts.Op, "bound on each Ceph OSD, monitor or manager operation")
+	fs.DurationVar(&cfg.ConnIdleTTL, "conn-idle-ttl", 5*time.Minute, "close Ceph connections unused for this long")
+	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", 5*time.Second, "bound on one /healthz check")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight RPCs get to finish after SIGTERM")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return cfg, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.Type, cfg.Mode = driver.Type(typ), driver.Mode(mode)
+	return cfg, *showVersion, nil
+}
+
+func run(args []string) int {
+	cfg, showVersion, err := parseFlags(args)
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "monoceph: %v\n", err)
+		return 2
+	}
+	if showVersion {
+		fmt.Println("monoceph", version.Get())
+		return 0
+	}
+	defer klog.Flush()
+
+	d, err := driver.New(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "monoceph: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := d.Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "monoceph: %v\n", err)
+		return 1
+	}
+	return 0
+}

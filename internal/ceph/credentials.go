@@ -1,0 +1,62 @@
+package ceph
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+)
+
+// Secret keys the driver reads from every RPC's CSI secrets (the same keys ceph-csi uses, so
+// existing Secrets keep working).
+const (
+	SecretUserID  = "userID"
+	SecretUserKey = "userKey"
+)
+
+// Credentials identify a Ceph user. The key never leaves this value except to librados and
+// key files: String and GoString redact it, and it is held behind a pointer so that even a
+// struct printed with %+v that embeds Credentials in an unexported field (where fmt cannot
+// call String) shows an address, not the key.
+type Credentials struct {
+	ID  string
+	key *string
+}
+
+// NewCredentials validates an ID and a base64 cephx key.
+func NewCredentials(id, key string) (Credentials, error) {
+	id = strings.TrimPrefix(id, "client.")
+	if id == "" {
+		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserID)
+	}
+	if strings.ContainsAny(id, " \t\n/=") {
+		return Credentials{}, fmt.Errorf("secret %q: %q is not a Ceph user name", SecretUserID, id)
+	}
+	if key == "" {
+		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserKey)
+	}
+	// A cephx key is 16 bytes of header plus 16 of secret, base64 encoded; reject anything that
+	// is not base64 before librados sees it (its error would echo the value).
+	if _, err := base64.StdEncoding.DecodeString(key); err != nil {
+		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", SecretUserKey)
+	}
+	return Credentials{ID: id, key: &key}, nil
+}
+
+// CredentialsFromSecrets reads userID and userKey from CSI secrets.
+func CredentialsFromSecrets(secrets map[string]string) (Credentials, error) {
+	return NewCredentials(secrets[SecretUserID], secrets[SecretUserKey])
+}
+
+// Key returns the cephx key, for librados and for the 0600 key files mount helpers read.
+func (c Credentials) Key() string {
+	if c.key == nil {
+		return ""
+	}
+	return *c.key
+}
+
+// String redacts the key.
+func (c Credentials) String() string { return "client." + c.ID + " (key redacted)" }
+
+// GoString redacts the key from %#v too.
+func (c Credentials) GoString() string { return c.String() }

@@ -1,0 +1,61 @@
+package ceph
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const testKey = "AQDrzwFrbERaOBAAIC0hFOr9eFaKm3LeRoT64w=="
+
+func TestCredentialsFromSecrets(t *testing.T) {
+	tests := []struct {
+		name    string
+		secrets map[string]string
+		wantID  string
+		wantErr string
+	}{
+		{"ok", map[string]string{"userID": "admin", "userKey": testKey}, "admin", ""},
+		{"client prefix", map[string]string{"userID": "client.csi", "userKey": testKey}, "csi", ""},
+		{"nil map", nil, "", `"userID" is missing`},
+		{"no key", map[string]string{"userID": "admin"}, "", `"userKey" is missing`},
+		{"bad id", map[string]string{"userID": "a b", "userKey": testKey}, "", "not a Ceph user name"},
+		{"not base64", map[string]string{"userID": "admin", "userKey": "not base64 !"}, "", "not a base64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := CredentialsFromSecrets(tt.secrets)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				if strings.Contains(err.Error(), "not base64 !") {
+					t.Fatalf("error echoes the key: %v", err)
+				}
+				return
+			}
+			if err != nil || c.ID != tt.wantID || c.Key() != testKey {
+				t.Fatalf("got %q/%v", c.ID, err)
+			}
+		})
+	}
+}
+
+func TestCredentialsNeverFormatTheKey(t *testing.T) {
+	c, err := NewCredentials("admin", testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type holder struct {
+		name string
+		cred Credentials // unexported: fmt cannot call String on it
+	}
+	type exported struct{ Cred Credentials }
+	for _, f := range []string{"%v", "%+v", "%#v", "%s", "%q"} {
+		for _, v := range []any{c, &c, holder{"x", c}, &holder{"x", c}, exported{c}, []Credentials{c}, map[string]Credentials{"a": c}} {
+			if out := fmt.Sprintf(f, v); strings.Contains(out, testKey) || strings.Contains(out, testKey[:12]) {
+				t.Errorf("fmt %s of %T leaks the key: %s", f, v, out)
+			}
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package ceph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// The driver's error vocabulary for Ceph failures. Ceph errnos are classified into these once,
+// here; the gRPC edge maps them to status codes.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrExists       = errors.New("already exists")
+	ErrBusy         = errors.New("in use")
+	ErrNotEmpty     = errors.New("not empty")
+	ErrPermission   = errors.New("permission denied")
+	ErrAuth         = errors.New("authentication failed")
+	ErrUnavailable  = errors.New("cluster unavailable")
+	ErrTimeout      = errors.New("timed out")
+	ErrInvalid      = errors.New("invalid argument")
+	ErrConflict     = errors.New("concurrent update")
+	ErrNoSpace      = errors.New("no space left")
+	ErrUnsupported  = errors.New("not supported by this cluster")
+	ErrInconsistent = errors.New("inconsistent state")
+)
+
+// Error is a Ceph failure: what was attempted, the errno Ceph answered, the class it falls in
+// and Ceph's own text (status output from mon/mgr commands, which carries the reason).
+type Error struct {
+	Op     string
+	Errno  int // negative, as librados returns it; 0 when not from an errno
+	Kind   error
+	Detail string
+	cause  error
+}
+
+func (e *Error) Error() string {
+	msg := e.Op
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	} else if e.Kind != nil {
+		msg += ": " + e.Kind.Error()
+	}
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Is makes errors.Is(err, ErrNotFound) and friends work.
+func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
+
+// Unwrap exposes the underlying library error.
+func (e *Error) Unwrap() error { return e.cause }
+
+type errorCoder interface{ ErrorCode() int }
+
+// Wrap classifies err, a go-ceph error or a context error, as the result of op. nil stays nil.
+func Wrap(op string, err error) error {
+	return WrapDetail(op, err, "")
+}
+
+// WrapDetail is Wrap with Ceph's status text (from mon and mgr commands) attached.
+func WrapDetail(op string, err error, detail string) error {
+	if err == nil {
+		return nil
+	}
+	var ce *Error
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	e := &Error{Op: op, Detail: detail, cause: err}
+	var coder errorCoder
+	switch {
+	case errors.As(err, &coder):
+		e.Errno = coder.ErrorCode()
+		e.Kind = kindOf(e.Errno)
+	case errors.Is(err, context.DeadlineExceeded):
+		e.Kind = ErrTimeout
+	case errors.Is(err, context.Canceled):
+		e.Kind = context.Canceled
+	}
+	return e
+}
+
+// NewError builds an Error of a known class without a library error behind it.
+func NewError(op string, kind error, detail string) error {
+	return &Error{Op: op, Kind: kind, Detail: detail}
+}
+
+// Errno returns the Ceph errno behind err (negative), or 0.
+func Errno(err error) int {
+	var ce *Error
+	if errors.As(err, &ce) {
+		return ce.Errno
+	}
+	var coder errorCoder
+	if errors.As(err, &coder) {
+		return coder.ErrorCode()
+	}
+	return 0
+}
+
+func kindOf(errno int) error {
+	switch syscall.Errno(-errno) {
+	case syscall.ENOENT, syscall.ENXIO, syscall.ENODEV:
+		return ErrNotFound
+	case syscall.EEXIST:
+		return ErrExists
+	case syscall.EBUSY:
+		return ErrBusy
+	case syscall.ENOTEMPTY:
+		return ErrNotEmpty
+	case syscall.EPERM, syscall.EACCES:
+		return ErrPermission
+	case syscall.ETIMEDOUT:
+		return ErrTimeout
+	case syscall.ESHUTDOWN, syscall.ENOTCONN, syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.EAGAIN:
+		return ErrUnavailable
+	case syscall.EINVAL:
+		return ErrInvalid
+	case syscall.ERANGE, syscall.EOVERFLOW, syscall.ECANCELED:
+		// a failed AssertVersion (ERANGE/EOVERFLOW) or omap/xattr compare (ECANCELED):
+		// somebody else changed the object first
+		return ErrConflict
+	case syscall.ENOSPC, syscall.EDQUOT:
+		return ErrNoSpace
+	case syscall.EOPNOTSUPP, syscall.ENOSYS:
+		return ErrUnsupported
+	}
+	return nil
+}

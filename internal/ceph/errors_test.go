@@ -1,0 +1,59 @@
+package ceph
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/ceph/go-ceph/rados"
+)
+
+type fakeErrno int
+
+func (e fakeErrno) Error() string  { return fmt.Sprintf("errno %d", int(e)) }
+func (e fakeErrno) ErrorCode() int { return int(e) }
+
+func TestWrapClassifies(t *testing.T) {
+	tests := []struct {
+		err  error
+		kind error
+	}{
+		{rados.ErrNotFound, ErrNotFound},
+		{fakeErrno(-17), ErrExists},
+		{fakeErrno(-16), ErrBusy},
+		{fakeErrno(-39), ErrNotEmpty},
+		{fakeErrno(-13), ErrPermission},
+		{fakeErrno(-110), ErrTimeout},
+		{fakeErrno(-108), ErrUnavailable},
+		{fakeErrno(-34), ErrConflict},
+		{fakeErrno(-75), ErrConflict},
+		{fakeErrno(-125), ErrConflict},
+		{fakeErrno(-28), ErrNoSpace},
+		{fakeErrno(-95), ErrUnsupported},
+		{context.DeadlineExceeded, ErrTimeout},
+		{fmt.Errorf("outer: %w", fakeErrno(-2)), ErrNotFound},
+	}
+	for _, tt := range tests {
+		err := Wrap("op", tt.err)
+		if !errors.Is(err, tt.kind) {
+			t.Errorf("Wrap(%v) = %v, not %v", tt.err, err, tt.kind)
+		}
+		if !errors.Is(err, tt.err) {
+			t.Errorf("Wrap(%v) lost the cause", tt.err)
+		}
+	}
+	if Wrap("op", nil) != nil {
+		t.Error("Wrap(nil) != nil")
+	}
+	if err := Wrap("op", errors.New("plain")); errors.Is(err, ErrNotFound) || Errno(err) != 0 {
+		t.Errorf("plain error classified: %v", err)
+	}
+	err := WrapDetail("osd pool get", fakeErrno(-2), "pool 'x' does not exist")
+	if got := err.Error(); got != "osd pool get: errno -2: pool 'x' does not exist" {
+		t.Errorf("message = %q", got)
+	}
+	if Errno(fmt.Errorf("ctx: %w", err)) != -2 {
+		t.Error("Errno lost through wrapping")
+	}
+}

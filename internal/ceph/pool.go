@@ -1,0 +1,366 @@
+package ceph
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"k8s.io/klog/v2"
+)
+
+// Timeouts bound every librados call the driver makes. librados enforces them itself, so a
+// call on a hung cluster returns an error even when nobody waits for it any more (see Call).
+type Timeouts struct {
+	// Connect bounds connecting and authenticating (client_mount_timeout).
+	Connect time.Duration
+	// Op bounds each OSD and monitor operation (rados_osd_op_timeout, rados_mon_op_timeout).
+	Op time.Duration
+}
+
+// DefaultTimeouts suit a production cluster: long enough for a monitor election, short enough
+// that a CSI sidecar's retry finds the volume lock free again.
+var DefaultTimeouts = Timeouts{Connect: 10 * time.Second, Op: 30 * time.Second}
+
+// PoolOptions configure a Pool.
+type PoolOptions struct {
+	Timeouts Timeouts
+	// IdleTTL is how long an unused connection stays open; a connection is a few threads and
+	// sockets per cluster user, cheap to keep for the next RPC, wasteful to keep forever.
+	IdleTTL time.Duration
+}
+
+// Pool shares librados connections between RPCs. Connections are keyed by (monitors, user,
+// key): the same Secret used by many volumes costs one connection, a rotated key gets a new
+// one and the old one expires. Entries are reference counted; an entry is closed only when
+// nobody holds it and it has been idle for IdleTTL.
+type Pool struct {
+	opts PoolOptions
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	dials   int
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+type entry struct {
+	key   string
+	ready chan struct{} // closed when the connection attempt finished
+	conn  *rados.Conn   // set before ready is closed, when err is nil
+	err   error
+
+	// guarded by Pool.mu
+	refs      int
+	idleSince time.Time
+	broken    bool
+}
+
+// NewPool starts a pool and its idle reaper. Close stops both.
+func NewPool(opts PoolOptions) *Pool {
+	if opts.Timeouts.Connect <= 0 {
+		opts.Timeouts.Connect = DefaultTimeouts.Connect
+	}
+	if opts.Timeouts.Op <= 0 {
+		opts.Timeouts.Op = DefaultTimeouts.Op
+	}
+	if opts.IdleTTL <= 0 {
+		opts.IdleTTL = 5 * time.Minute
+	}
+	p := &Pool{opts: opts, entries: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go p.reap()
+	return p
+}
+
+// Conn is one holder's share of a pooled connection. Release it when done.
+type Conn struct {
+	pool *Pool
+	e    *entry
+	once sync.Once
+}
+
+// Rados is the underlying connection. Do not Shutdown it; Release the Conn instead.
+func (c *Conn) Rados() *rados.Conn { return c.e.conn }
+
+// Release gives the share back. Safe to call more than once.
+func (c *Conn) Release() { c.once.Do(func() { c.pool.release(c.e) }) }
+
+// PoolStats describe the pool for tests and metrics.
+type PoolStats struct {
+	Open  int // connections open or being opened
+	InUse int // of those, held by at least one caller
+	Dials int // connection attempts since the pool started
+}
+
+// Stats reports the pool's current state.
+func (p *Pool) Stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := PoolStats{Open: len(p.entries), Dials: p.dials}
+	for _, e := range p.entries {
+		if e.refs > 0 {
+			s.InUse++
+		}
+	}
+	return s
+}
+
+func poolKey(monHost string, cred Credentials) string {
+	h := sha256.New()
+	for _, s := range []string{monHost, cred.ID, cred.Key()} {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// Get returns a connection to the cluster at monHost as cred, opening one if needed. Concurrent
+// callers for the same key share one connection attempt. ctx bounds the wait, and the
+// connection attempt itself is bounded by Timeouts.Connect.
+func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
+	key := poolKey(monHost, cred)
+	p.mu.Lock()
+	if p.entries == nil {
+		p.mu.Unlock()
+		return nil, NewError("connect", ErrUnavailable, "connection pool is closed")
+	}
+	e := p.entries[key]
+	if e == nil || e.broken {
+		e = &entry{key: key, ready: make(chan struct{})}
+		p.entries[key] = e
+		p.dials++
+		go p.connect(e, monHost, cred)
+	}
+	e.refs++ // a waiter holds a reference, so the reaper never closes what it is about to get
+	p.mu.Unlock()
+
+	select {
+	case <-e.ready:
+	case <-ctx.Done():
+		p.release(e)
+		return nil, Wrap("connect to "+monHost+" as client."+cred.ID, ctx.Err())
+	}
+	if e.err != nil {
+		p.release(e)
+		return nil, e.err
+	}
+	return &Conn{pool: p, e: e}, nil
+}
+
+func seconds(d time.Duration) string {
+	return strconv.Itoa(int(math.Ceil(d.Seconds())))
+}
+
+func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
+	op := "connect to " + monHost + " as client." + cred.ID
+	conn, err := dial(monHost, cred, p.opts.Timeouts)
+	if err != nil {
+		if errors.Is(Wrap(op, err), ErrPermission) {
+			// cephx refused the user or key: the caller's secret is wrong, not its rights
+			err = &Error{Op: op, Errno: Errno(err), Kind: ErrAuth, cause: err}
+		} else {
+			err = Wrap(op, err)
+		}
+		klog.V(2).InfoS("Ceph connection failed", "monitors", monHost, "user", cred.ID, "err", err)
+	} else {
+		klog.V(4).InfoS("Ceph connection opened", "monitors", monHost, "user", cred.ID)
+	}
+	p.mu.Lock()
+	e.conn, e.err = conn, err
+	if err != nil && p.entries[e.key] == e {
+		delete(p.entries, e.key) // the next Get tries again
+	}
+	e.idleSince = time.Now()
+	p.mu.Unlock()
+	close(e.ready)
+}
+
+func dial(monHost string, cred Credentials, t Timeouts) (*rados.Conn, error) {
+	conn, err := rados.NewConnWithUser(cred.ID)
+	if err != nil {
+		return nil, err
+	}
+	opts := [][2]string{
+		{"mon_host", monHost},
+		{"key", cred.Key()},
+		// no keyring files, admin socket or log file: everything comes from the RPC's secrets
+		{"keyring", ""},
+		{"admin_socket", ""},
+		{"log_file", ""},
+		{"log_to_stderr", "false"},
+		{"err_to_stderr", "false"},
+		{"client_mount_timeout", seconds(t.Connect)},
+		{"rados_osd_op_timeout", seconds(t.Op)},
+		{"rados_mon_op_timeout", seconds(t.Op)},
+	}
+	for _, o := range opts {
+		if err := conn.SetConfigOption(o[0], o[1]); err != nil {
+			conn.Shutdown()
+			// never echo the value: one of them is the key
+			return nil, fmt.Errorf("set option %s: %w", o[0], err)
+		}
+	}
+	if err := conn.Connect(); err != nil {
+		conn.Shutdown()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (p *Pool) acquire(e *entry) {
+	p.mu.Lock()
+	e.refs++
+	p.mu.Unlock()
+}
+
+func (p *Pool) release(e *entry) {
+	var closeIt *rados.Conn
+	p.mu.Lock()
+	e.refs--
+	if e.refs == 0 {
+		e.idleSince = time.Now()
+		if e.broken && e.conn != nil {
+			closeIt = e.conn
+			if p.entries[e.key] == e {
+				delete(p.entries, e.key)
+			}
+		}
+	}
+	p.mu.Unlock()
+	if closeIt != nil {
+		closeIt.Shutdown()
+	}
+}
+
+// markBroken retires a connection the cluster shut out (for example a blocklisted client):
+// new callers get a fresh one, current holders finish with the old one.
+func (p *Pool) markBroken(e *entry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !e.broken {
+		e.broken = true
+		if p.entries[e.key] == e {
+			delete(p.entries, e.key)
+		}
+		klog.V(2).InfoS("Ceph connection retired after a shutdown error")
+	}
+}
+
+// expire closes connections nobody held for IdleTTL. Exposed to tests through ExpireIdle.
+func (p *Pool) expire(now time.Time) int {
+	var victims []*rados.Conn
+	p.mu.Lock()
+	for k, e := range p.entries {
+		select {
+		case <-e.ready:
+		default:
+			continue // still connecting
+		}
+		if e.refs == 0 && now.Sub(e.idleSince) >= p.opts.IdleTTL {
+			delete(p.entries, k)
+			if e.conn != nil {
+				victims = append(victims, e.conn)
+			}
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range victims {
+		c.Shutdown()
+	}
+	return len(victims)
+}
+
+// ExpireIdle closes idle connections now, as the reaper would, and reports how many it closed.
+func (p *Pool) ExpireIdle() int { return p.expire(time.Now()) }
+
+func (p *Pool) reap() {
+	defer close(p.done)
+	interval := p.opts.IdleTTL / 2
+	if interval < time.Second {
+		interval = time.Second
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case now := <-t.C:
+			if n := p.expire(now); n > 0 {
+				klog.V(4).InfoS("Closed idle Ceph connections", "count", n)
+			}
+		}
+	}
+}
+
+// Close stops the reaper and closes every idle connection. Connections still held are closed
+// when their last holder releases them.
+func (p *Pool) Close() {
+	select {
+	case <-p.stop:
+		return
+	default:
+	}
+	close(p.stop)
+	<-p.done
+	p.mu.Lock()
+	entries := p.entries
+	p.entries = nil
+	var victims []*rados.Conn
+	for _, e := range entries {
+		e.broken = true
+		select {
+		case <-e.ready:
+			if e.refs == 0 && e.conn != nil {
+				victims = append(victims, e.conn)
+			}
+		default:
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range victims {
+		c.Shutdown()
+	}
+}
+
+// Call runs fn, a blocking librados call on c, and returns when fn returns or ctx ends,
+// whichever is first. When ctx ends first, fn keeps running in the background until librados'
+// own timeouts stop it; it holds its own reference so the connection stays open under it. This
+// is what keeps a hung cluster from wedging a caller (and the volume lock it holds) forever.
+func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (T, error)) (T, error) {
+	var zero T
+	if err := ctx.Err(); err != nil {
+		return zero, Wrap(op, err)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	c.pool.acquire(c.e)
+	go func() {
+		defer c.pool.release(c.e)
+		v, err := fn(c.e.conn)
+		ch <- result{v, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			err := Wrap(op, r.err)
+			if errors.Is(err, ErrUnavailable) && Errno(err) == -108 {
+				c.pool.markBroken(c.e)
+			}
+			return r.v, err
+		}
+		return r.v, nil
+	case <-ctx.Done():
+		return zero, Wrap(op, ctx.Err())
+	}
+}

@@ -1,0 +1,107 @@
+// Package driver decides which servers run in which mode and wires them together; it holds no
+// storage logic of its own.
+package driver
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/server"
+)
+
+// Type is the storage backend a process serves.
+type Type string
+
+// Backends.
+const (
+	TypeRBD    Type = "rbd"
+	TypeCephFS Type = "cephfs"
+)
+
+// Mode is which CSI services a process runs.
+type Mode string
+
+// Modes.
+const (
+	ModeController Mode = "controller"
+	ModeNode       Mode = "node"
+	ModeAll        Mode = "all"
+)
+
+// Default driver names, one per backend so both can be installed side by side.
+const (
+	DefaultRBDDriverName    = "rbd.monoceph.io"
+	DefaultCephFSDriverName = "cephfs.monoceph.io"
+)
+
+// Config is everything the process was told on its command line.
+type Config struct {
+	Type           Type
+	Mode           Mode
+	Endpoint       string
+	NodeID         string
+	DriverName     string
+	ClusterConfig  string
+	MetricsAddress string
+
+	CephTimeouts  ceph.Timeouts
+	ConnIdleTTL   time.Duration
+	HealthTimeout time.Duration
+	ShutdownGrace time.Duration
+}
+
+// RunsController reports whether the controller service is served.
+func (c Config) RunsController() bool { return c.Mode == ModeController || c.Mode == ModeAll }
+
+// RunsNode reports whether the node service is served.
+func (c Config) RunsNode() bool { return c.Mode == ModeNode || c.Mode == ModeAll }
+
+// The CSI spec: a driver name is at most 63 characters, a DNS-1123-like domain name.
+var driverNamePattern = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9.]{0,61}[a-zA-Z0-9])?$`)
+
+// Complete fills defaults and reports the first misconfiguration as one line.
+func (c *Config) Complete() error {
+	switch c.Type {
+	case TypeRBD:
+		if c.DriverName == "" {
+			c.DriverName = DefaultRBDDriverName
+		}
+	case TypeCephFS:
+		if c.DriverName == "" {
+			c.DriverName = DefaultCephFSDriverName
+		}
+	case "":
+		return errors.New("--type is required: rbd or cephfs")
+	default:
+		return fmt.Errorf("--type=%q: want rbd or cephfs", c.Type)
+	}
+	switch c.Mode {
+	case ModeController, ModeNode, ModeAll:
+	default:
+		return fmt.Errorf("--mode=%q: want controller, node or all", c.Mode)
+	}
+	if !driverNamePattern.MatchString(c.DriverName) {
+		return fmt.Errorf("--drivername=%q: want at most 63 characters of [a-zA-Z0-9.-], starting and ending alphanumeric", c.DriverName)
+	}
+	if _, err := server.SocketPath(c.Endpoint); err != nil {
+		return fmt.Errorf("--endpoint: %w", err)
+	}
+	if c.RunsNode() && c.NodeID == "" {
+		return errors.New("--nodeid is required in node and all modes")
+	}
+	if c.ClusterConfig == "" {
+		return errors.New("--cluster-config is required: the path of the cluster map")
+	}
+	for name, d := range map[string]time.Duration{
+		"--ceph-connect-timeout": c.CephTimeouts.Connect, "--ceph-op-timeout": c.CephTimeouts.Op,
+		"--conn-idle-ttl": c.ConnIdleTTL, "--health-timeout": c.HealthTimeout, "--shutdown-grace": c.ShutdownGrace,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s=%v: must be positive", name, d)
+		}
+	}
+	return nil
+}

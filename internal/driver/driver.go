@@ -1,0 +1,127 @@
+package driver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/health"
+	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/version"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+)
+
+// Driver is one running monoceph process.
+type Driver struct {
+	cfg      Config
+	clusters *clustermap.Store
+	pool     *ceph.Pool
+	locks    *server.OpLocks
+	registry *prometheus.Registry
+	metrics  *server.Metrics
+	health   *health.Checker
+
+	grpc  *server.GRPC
+	http  *server.HTTP
+	ready atomic.Bool
+}
+
+// New validates cfg, loads the cluster map and opens the listeners, so every misconfiguration
+// (a bad map, a busy port, an unwritable socket directory) is reported before serving.
+func New(cfg Config) (*Driver, error) {
+	if err := cfg.Complete(); err != nil {
+		return nil, err
+	}
+	clusters, err := clustermap.Load(cfg.ClusterConfig)
+	if err != nil {
+		return nil, err
+	}
+	d := &Driver{
+		cfg:      cfg,
+		clusters: clusters,
+		locks:    server.NewOpLocks(),
+		registry: server.NewRegistry(),
+	}
+	d.metrics = server.NewMetrics(d.registry)
+	d.health = health.NewChecker(clusters.Map, cfg.HealthTimeout, d.registry)
+
+	if cfg.MetricsAddress != "" {
+		if d.http, err = server.NewHTTP(cfg.MetricsAddress, d.registry, d.health); err != nil {
+			return nil, fmt.Errorf("--metrics-address: %w", err)
+		}
+	}
+	if d.grpc, err = server.NewGRPC(cfg.Endpoint, d.metrics); err != nil {
+		if d.http != nil {
+			d.http.Shutdown(0)
+		}
+		return nil, fmt.Errorf("--endpoint: %w", err)
+	}
+	d.pool = ceph.NewPool(ceph.PoolOptions{Timeouts: cfg.CephTimeouts, IdleTTL: cfg.ConnIdleTTL})
+	d.register()
+	return d, nil
+}
+
+// register adds every service this type and mode serves. The Identity capabilities are
+// derived from what was registered here, and nowhere else.
+func (d *Driver) register() {
+	var caps []*csi.PluginCapability
+	csi.RegisterIdentityServer(d.grpc.Server, &identity{
+		name: d.cfg.DriverName, version: version.Get(), caps: caps, ready: &d.ready,
+	})
+}
+
+// SocketPath is where the CSI socket listens.
+func (d *Driver) SocketPath() string { return d.grpc.Path() }
+
+// MetricsAddr is the bound metrics address, or "".
+func (d *Driver) MetricsAddr() string {
+	if d.http == nil {
+		return ""
+	}
+	return d.http.Addr()
+}
+
+// Run serves until ctx ends (SIGTERM), then stops gracefully: in-flight RPCs get
+// ShutdownGrace to finish, the socket file is removed and Ceph connections are closed.
+func (d *Driver) Run(ctx context.Context) error {
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	serve := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	serve("CSI gRPC server", d.grpc.Serve)
+	if d.http != nil {
+		serve("metrics server", d.http.Serve)
+	}
+	d.ready.Store(true)
+	klog.InfoS("monoceph serving", "driver", d.cfg.DriverName, "version", version.Get(), "type", d.cfg.Type,
+		"mode", d.cfg.Mode, "socket", d.grpc.Path(), "metrics", d.MetricsAddr(), "clusters", len(d.clusters.Map()))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		klog.InfoS("Shutting down", "grace", d.cfg.ShutdownGrace)
+	case runErr = <-errs:
+		klog.ErrorS(runErr, "Server failed, shutting down")
+	}
+	d.ready.Store(false)
+	d.grpc.Shutdown(d.cfg.ShutdownGrace)
+	if d.http != nil {
+		d.http.Shutdown(d.cfg.ShutdownGrace)
+	}
+	wg.Wait()
+	d.pool.Close()
+	klog.InfoS("Stopped")
+	return runErr
+}

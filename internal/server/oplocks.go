@@ -1,0 +1,56 @@
+package server
+
+import (
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// OpLocks serialise operations per key (a volume ID, a snapshot ID, a request name). They never
+// wait: the CSI spec asks a plugin to answer ABORTED when an operation is already in progress
+// for the volume, and the CO retries with backoff. Waiting instead would pile up goroutines
+// behind a slow cluster.
+type OpLocks struct {
+	mu   sync.Mutex
+	held map[string]string // key → operation holding it
+}
+
+// NewOpLocks returns an empty lock table.
+func NewOpLocks() *OpLocks { return &OpLocks{held: map[string]string{}} }
+
+// TryLock takes every key or none (keys may repeat). On conflict it returns an ABORTED status
+// naming the operation in progress. The returned function releases the keys.
+func (l *OpLocks) TryLock(op string, keys ...string) (unlock func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range keys {
+		if holder, busy := l.held[k]; busy {
+			return nil, status.Errorf(codes.Aborted, "an operation (%s) on %q is already in progress", holder, k)
+		}
+	}
+	taken := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if _, dup := l.held[k]; !dup {
+			l.held[k] = op
+			taken = append(taken, k)
+		}
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			for _, k := range taken {
+				delete(l.held, k)
+			}
+			l.mu.Unlock()
+		})
+	}, nil
+}
+
+// Held reports how many keys are locked.
+func (l *OpLocks) Held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.held)
+}

@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# ceph-local.sh - a throwaway single-node Ceph cluster on 127.0.0.1 for development and tests.
+#
+#   start [--fresh]  boot (or restart, or leave running) mon a, mgr x, one OSD (memstore unless
+#                    CEPH_OBJECTSTORE=bluestore), MDS a, CephFS "$CEPH_FS_NAME" and RBD pool "$CEPH_RBD_POOL".
+#                    Idempotent. Prints `export` lines for the environment tests and the driver read,
+#                    also kept in $CEPH_DIR/env, and writes a monoceph cluster map to $CEPH_DIR/clusters.json.
+#   stop [--purge] [--kill]
+#                    stop the daemons recorded in $CEPH_DIR/run (and only those); --purge deletes $CEPH_DIR.
+#   status           exit 0 and print `ceph -s` when the cluster answers, exit 1 otherwise.
+#   env              print the export lines of a running cluster.
+#
+# All state lives in $CEPH_DIR (default ${TMPDIR:-/tmp}/monoceph-ceph). Needs scripts/install-deps.sh.
+set -euo pipefail
+
+CEPH_DIR=${CEPH_DIR:-${TMPDIR:-/tmp}/monoceph-ceph}
+CEPH_DIR=$(realpath -m "$CEPH_DIR") # daemons chdir("/") when they daemonize: paths must be absolute
+MON_V2_PORT=${CEPH_MON_V2_PORT:-3300}
+MON_V1_PORT=${CEPH_MON_V1_PORT:-6789}
+BIND_PORT_MIN=${CEPH_BIND_PORT_MIN:-6800}
+BIND_PORT_MAX=${CEPH_BIND_PORT_MAX:-7300}
+OBJECTSTORE=${CEPH_OBJECTSTORE:-memstore}
+MEMSTORE_BYTES=${CEPH_MEMSTORE_BYTES:-$((4 << 30))}   # reported size; RAM is used only as data is written
+BLUESTORE_BYTES=${CEPH_BLUESTORE_BYTES:-$((10 << 30))} # sparse block file
+FS_NAME=${CEPH_FS_NAME:-myfs}
+RBD_POOL=${CEPH_RBD_POOL:-rbd}
+CLUSTER_ID=${MONOCEPH_CLUSTER_ID:-local}
+TIMEOUT=${CEPH_START_TIMEOUT:-180}
+CONF=$CEPH_DIR/ceph.conf
+KEYRING=$CEPH_DIR/keyring
+RUN=$CEPH_DIR/run
+DAEMONS=(mon.a mgr.x osd.0 mds.a)
+T0=$EPOCHREALTIME
+
+log() { printf '[ceph-local %6.1fs] %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $T0}")" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+c() { timeout 60 ceph -c "$CONF" --connect-timeout 15 "$@"; }
+
+# A pid file counts only while its process runs and is not a zombie (daemons are reparented to PID 1).
+alive() { local s; s=$(awk '/^State:/{print $2}' "/proc/$1/status" 2>/dev/null) && [[ -n $s && $s != Z ]]; }
+pid_alive() { [[ -f $1 ]] && alive "$(cat "$1")"; }
+all_alive() { local d; for d in "${DAEMONS[@]}"; do pid_alive "$RUN/$d.pid" || return 1; done; }
+
+wait_for() { # wait_for <what> <command...>
+  local what=$1 deadline=$((SECONDS + TIMEOUT)); shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for $what (logs in $CEPH_DIR/log)"
+    sleep 0.5
+  done
+  log "$what: ok"
+}
+osd_up() { c osd stat -f json | grep -q '"num_up_osds":1'; }
+mgr_avail() { c mgr stat -f json | grep -q '"available": *true'; }
+mds_active() { c fs status "$FS_NAME" -f json | grep -q '"state": *"active"'; }
+pgs_clean() { c pg stat | grep -Eq '^[0-9]+ pgs: [0-9]+ active\+clean;'; }
+vol_create() { c fs volume create "$FS_NAME"; }
+
+write_env() {
+  local key
+  key=$(ceph-authtool -p -n client.admin "$KEYRING")
+  cat >"$CEPH_DIR/env" <<ENV
+export CEPH_DIR=$CEPH_DIR
+export CEPH_CONF=$CONF
+export CEPH_KEYRING=$KEYRING
+export CEPH_ARGS="--conf $CONF --keyring $KEYRING --id admin"
+export CEPH_MONITORS=127.0.0.1:$MON_V1_PORT
+export CEPH_ADMIN_ID=admin
+export CEPH_ADMIN_KEY=$key
+export CEPH_FS_NAME=$FS_NAME
+export CEPH_RBD_POOL=$RBD_POOL
+export MONOCEPH_CLUSTER_ID=$CLUSTER_ID
+export MONOCEPH_CLUSTER_CONFIG=$CEPH_DIR/clusters.json
+ENV
+  chmod 600 "$CEPH_DIR/env"
+  cat >"$CEPH_DIR/clusters.json" <<JSON
+[
+  {
+    "clusterID": "$CLUSTER_ID",
+    "monitors": ["127.0.0.1:$MON_V1_PORT"],
+    "cephFS": {"subvolumeGroup": "csi"},
+    "rbd": {"radosNamespace": ""}
+  }
+]
+JSON
+}
+
+finish() {
+  write_env
+  touch "$CEPH_DIR/.ready"
+  log "$1"
+  cat "$CEPH_DIR/env"
+  exit 0
+}
+
+start_daemons() {
+  pid_alive "$RUN/mon.a.pid" || ceph-mon -c "$CONF" -i a
+  wait_for "mon up" c mon stat
+  pid_alive "$RUN/mgr.x.pid" || ceph-mgr -c "$CONF" -i x
+  pid_alive "$RUN/osd.0.pid" || ceph-osd -c "$CONF" -i 0
+  pid_alive "$RUN/mds.a.pid" || ceph-mds -c "$CONF" -i a 2>/dev/null
+}
+
+write_conf() {
+  cat >"$CONF" <<CONF
+[global]
+fsid = $1
+mon host = [v2:127.0.0.1:$MON_V2_PORT,v1:127.0.0.1:$MON_V1_PORT]
+public addr = 127.0.0.1
+public network = 127.0.0.0/8
+ms bind ipv4 = true
+ms bind ipv6 = false
+ms bind port min = $BIND_PORT_MIN
+ms bind port max = $BIND_PORT_MAX
+ms async op threads = 2
+keyring = $KEYRING
+auth cluster required = cephx
+auth service required = cephx
+auth client required = cephx
+auth allow insecure global id reclaim = false
+run dir = $RUN
+crash dir = $CEPH_DIR/crash
+log file = $CEPH_DIR/log/\$name.log
+pid file = $RUN/\$name.pid
+admin socket = $RUN/\$name.asok
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon allow pool delete = true
+mon warn on pool no redundancy = false
+mon max pg per osd = 1000
+# the host disk may be less than 30 % free; the cluster must stay HEALTH_OK anyway
+mon data avail warn = 1
+mon data avail crit = 0
+mon osd full ratio = .99
+mon osd nearfull ratio = .99
+mon osd backfillfull ratio = .99
+osd failsafe full ratio = .99
+rbd default features = layering,exclusive-lock,object-map,fast-diff,deep-flatten
+
+[client]
+# many clients (ceph CLI, ceph-fuse, rbd-fuse, tests) run at once: a shared pid file or admin
+# socket makes the second ceph-fuse fail with (33) Numerical argument out of domain
+pid file =
+admin socket = $RUN/\$name.\$pid.\$cctid.asok
+
+[mon]
+log to stderr = false
+err to stderr = false
+mon data = $CEPH_DIR/mon/\$id
+mon cluster log file = $CEPH_DIR/log/cluster.log
+mon pg warn min per osd = 0
+
+[mgr]
+log to stderr = false
+err to stderr = false
+mgr data = $CEPH_DIR/mgr/\$id
+keyring = $CEPH_DIR/mgr/\$id/keyring
+
+[osd]
+log to stderr = false
+err to stderr = false
+osd data = $CEPH_DIR/osd/\$id
+keyring = $CEPH_DIR/osd/\$id/keyring
+osd objectstore = $OBJECTSTORE
+memstore device bytes = $MEMSTORE_BYTES
+# memstore saves its data only when the store is unmounted cleanly
+osd fast shutdown = false
+bluestore block create = true
+bluestore block size = $BLUESTORE_BYTES
+bluestore fsck on mount = false
+osd op num shards = 1
+osd op num threads per shard = 2
+osd memory target = 1073741824
+
+[mds]
+log to stderr = false
+err to stderr = false
+mds data = $CEPH_DIR/mds/\$id
+keyring = $CEPH_DIR/mds/\$id/keyring
+mds cache memory limit = 268435456
+CONF
+}
+
+bootstrap() {
+  local fsid osd_uuid osd_id p bin
+  for bin in ceph ceph-mon ceph-mgr ceph-osd ceph-mds ceph-authtool monmaptool rbd ss; do
+    command -v "$bin" >/dev/null || die "missing $bin: run scripts/install-deps.sh"
+  done
+  for p in "$MON_V2_PORT" "$MON_V1_PORT"; do
+    if ss -Hltn "sport = :$p" | grep -q .; then die "TCP port $p already in use (set CEPH_MON_V2_PORT/CEPH_MON_V1_PORT)"; fi
+  done
+  mkdir -p "$CEPH_DIR"/{mon/a,mgr/x,osd/0,mds/a,log,run,crash}
+  fsid=$(cat /proc/sys/kernel/random/uuid)
+  write_conf "$fsid"
+
+  ceph-authtool --create-keyring "$CEPH_DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
+  ceph-authtool --create-keyring "$KEYRING" --gen-key -n client.admin \
+    --cap mon 'allow *' --cap osd 'allow *' --cap mds 'allow *' --cap mgr 'allow *' >/dev/null
+  ceph-authtool "$CEPH_DIR/mon.keyring" --import-keyring "$KEYRING" >/dev/null
+  chmod 600 "$CEPH_DIR/mon.keyring" "$KEYRING"
+
+  monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_V2_PORT,v1:127.0.0.1:$MON_V1_PORT]" "$CEPH_DIR/monmap" >/dev/null
+  ceph-mon -c "$CONF" --mkfs -i a --monmap "$CEPH_DIR/monmap" --keyring "$CEPH_DIR/mon.keyring"
+  ceph-mon -c "$CONF" -i a
+  wait_for "mon up" c mon stat
+
+  c auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' -o "$CEPH_DIR/mgr/x/keyring"
+  ceph-mgr -c "$CONF" -i x
+
+  osd_uuid=$(cat /proc/sys/kernel/random/uuid)
+  osd_id=$(c osd new "$osd_uuid")
+  [[ $osd_id == 0 ]] || die "unexpected osd id '$osd_id'"
+  c auth get-or-create osd.0 mon 'allow profile osd' mgr 'allow profile osd' osd 'allow *' -o "$CEPH_DIR/osd/0/keyring"
+  ceph-osd -c "$CONF" -i 0 --mkfs --osd-uuid "$osd_uuid" >"$CEPH_DIR/log/osd.0.mkfs.log" 2>&1 ||
+    { cat "$CEPH_DIR/log/osd.0.mkfs.log" >&2; die "ceph-osd --mkfs failed"; }
+  ceph-osd -c "$CONF" -i 0
+
+  c auth get-or-create mds.a mon 'allow profile mds' osd 'allow rw tag cephfs *=*' mds 'allow' mgr 'allow profile mds' \
+    -o "$CEPH_DIR/mds/a/keyring"
+  ceph-mds -c "$CONF" -i a 2>/dev/null
+
+  wait_for "osd.0 up" osd_up
+  wait_for "mgr available" mgr_avail
+  c config set mgr mgr/devicehealth/enable_monitoring false >/dev/null || true
+  # clone v2 (clones of unprotected snapshots, snapshot trash) needs mimic or newer clients
+  c osd set-require-min-compat-client mimic >/dev/null 2>&1
+
+  c osd pool create "$RBD_POOL" 8 8 >/dev/null 2>&1
+  timeout 60 rbd -c "$CONF" pool init "$RBD_POOL"
+  wait_for "fs volume create $FS_NAME" vol_create
+  wait_for "mds active" mds_active
+  wait_for "all pgs active+clean" pgs_clean
+  touch "$CEPH_DIR/.bootstrapped"
+  finish "cluster ready (fsid $fsid) in $CEPH_DIR"
+}
+
+cmd_start() {
+  local fresh=${CEPH_FRESH:-0}
+  [[ ${1:-} == --fresh ]] && fresh=1
+  if ((fresh == 0)) && [[ -f $CEPH_DIR/.ready ]] && all_alive && c -s >/dev/null 2>&1; then
+    finish "cluster in $CEPH_DIR already running"
+  fi
+  if ((fresh == 0)) && [[ -f $CEPH_DIR/.bootstrapped ]]; then
+    log "restarting the cluster in $CEPH_DIR"
+    if (start_daemons && wait_for "osd.0 up" osd_up && wait_for "mgr available" mgr_avail &&
+      wait_for "mds active" mds_active && wait_for "all pgs active+clean" pgs_clean); then
+      finish "cluster restarted in $CEPH_DIR"
+    fi
+    log "restart failed; bootstrapping a new cluster"
+  fi
+  if [[ -e $CEPH_DIR ]]; then
+    log "wiping $CEPH_DIR"
+    cmd_stop >/dev/null 2>&1 || true
+    rm -rf "$CEPH_DIR"
+  fi
+  bootstrap
+}
+
+# ours <pid> <binary>: guards against PID reuse; only our daemons started with our ceph.conf are signalled.
+ours() {
+  local cmd
+  cmd=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  [[ $cmd == *"$2 "* && $cmd == *"$CONF"* ]]
+}
+
+stop_group() { # stop_group <signal> <grace seconds> <daemon>...
+  local sig=$1 grace=$2 d pid i pids=(); shift 2
+  for d in "$@"; do
+    [[ -f $RUN/$d.pid ]] || continue
+    pid=$(cat "$RUN/$d.pid")
+    if [[ $pid =~ ^[0-9]+$ ]] && ours "$pid" "ceph-${d%%.*}"; then
+      kill -"$sig" "$pid" 2>/dev/null && pids+=("$pid")
+    fi
+    rm -f "$RUN/$d.pid"
+  done
+  for pid in "${pids[@]}"; do
+    for ((i = 0; i < grace * 10; i++)); do alive "$pid" || break; sleep 0.1; done
+    if alive "$pid"; then
+      log "pid $pid still running after SIG$sig, sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for ((i = 0; i < 50; i++)); do alive "$pid" || break; sleep 0.1; done
+    fi
+  done
+}
+
+cmd_stop() {
+  local purge=0 sig=TERM a
+  for a in "$@"; do
+    case $a in
+    --purge) purge=1 ;;
+    --kill) sig=KILL ;;
+    *) die "usage: $0 stop [--purge] [--kill]" ;;
+    esac
+  done
+  if [[ -d $CEPH_DIR ]]; then
+    # The MDS first: its clean shutdown needs the OSD and the mon. Its journal lives in RADOS, so a
+    # SIGKILL after a short grace is safe. The OSD must stop cleanly or memstore loses its data.
+    stop_group "$sig" 10 mds.a
+    stop_group "$sig" 15 osd.0 mgr.x
+    stop_group "$sig" 15 mon.a
+    rm -f "$CEPH_DIR/.ready"
+  fi
+  if ((purge)); then rm -rf "$CEPH_DIR"; fi
+  log "stopped"
+}
+
+cmd_status() {
+  if [[ -f $CEPH_DIR/.ready ]] && all_alive && c -s; then
+    exit 0
+  fi
+  echo "ceph-local: no cluster running in $CEPH_DIR" >&2
+  exit 1
+}
+
+cmd_env() {
+  [[ -f $CEPH_DIR/.ready && -f $CEPH_DIR/env ]] || die "no cluster running in $CEPH_DIR (run: $0 start)"
+  cat "$CEPH_DIR/env"
+}
+
+case ${1:-} in
+start) shift; cmd_start "$@" ;;
+stop) shift; cmd_stop "$@" ;;
+status) cmd_status ;;
+env) cmd_env ;;
+*) echo "usage: $0 start [--fresh] | stop [--purge] [--kill] | status | env" >&2; exit 2 ;;
+esac
