@@ -14,8 +14,8 @@ PACKAGES=(
   gcc libc6-dev make git
   # node plugin: filesystems, loop devices, mount helpers
   e2fsprogs xfsprogs util-linux mount fuse3
-  # scripts: ss, pgrep, jq-free JSON via python3
-  iproute2 procps python3 ca-certificates openssl
+  # scripts: ss, process checks, certificates, HTTP checks
+  iproute2 procps python3 ca-certificates openssl curl
 )
 
 missing=()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,11 +19,12 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func parseFlags(args []string) (driver.Config, bool, error) {
+func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs := flag.NewFlagSet("monoceph", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	klog.InitFlags(fs)
 	var cfg driver.Config
 	var typ, mode string
@@ -49,30 +51,32 @@ func parseFlags(args []string) (driver.Config, bool, error) {
 	return cfg, *showVersion, nil
 }
 
-func run(args []string) int {
-	cfg, showVersion, err := parseFlags(args)
+// run is main without os.Exit, so tests can drive it. Every misconfiguration ends here with
+// one line on stderr and a non-zero code.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, showVersion, err := parseFlags(args, stderr)
 	if err == flag.ErrHelp {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "monoceph: %v\n", err)
+		fmt.Fprintf(stderr, "monoceph: %v\n", err)
 		return 2
 	}
 	if showVersion {
-		fmt.Println("monoceph", version.Get())
+		fmt.Fprintln(stdout, "monoceph", version.Get())
 		return 0
 	}
 	defer klog.Flush()
 
 	d, err := driver.New(cfg)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "monoceph: %v\n", err)
+		fmt.Fprintf(stderr, "monoceph: %v\n", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := d.Run(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "monoceph: %v\n", err)
+		fmt.Fprintf(stderr, "monoceph: %v\n", err)
 		return 1
 	}
 	return 0

@@ -17,12 +17,6 @@ type identity struct {
 	ready         *atomic.Bool
 }
 
-func serviceCap(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
-	return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
-		Service: &csi.PluginCapability_Service{Type: t},
-	}}
-}
-
 func (s *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 	return &csi.GetPluginInfoResponse{Name: s.name, VendorVersion: s.version}, nil
 }
