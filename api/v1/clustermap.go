@@ -49,6 +49,9 @@ var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,35}$`)
 // rados names may not contain '/' or NUL; keep them printable too.
 var radosNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{0,64}$`)
 
+// RADOS namespaces appear in volume IDs, which CSI limits to 128 bytes.
+var namespacePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{0,32}$`)
+
 // ParseClusterMap decodes and validates a cluster map. Unknown fields are rejected so that a
 // misspelt key fails loudly instead of silently falling back to a default.
 func ParseClusterMap(data []byte) (ClusterMap, error) {
@@ -101,11 +104,11 @@ func (c Cluster) Validate() error {
 	if !radosNamePattern.MatchString(c.CephFS.SubvolumeGroup) {
 		return fmt.Errorf("cluster %q: cephFS.subvolumeGroup %q: want up to 64 characters of [A-Za-z0-9._-]", c.ClusterID, c.CephFS.SubvolumeGroup)
 	}
-	if !radosNamePattern.MatchString(c.CephFS.RadosNamespace) {
-		return fmt.Errorf("cluster %q: cephFS.radosNamespace %q: want up to 64 characters of [A-Za-z0-9._-]", c.ClusterID, c.CephFS.RadosNamespace)
+	if !namespacePattern.MatchString(c.CephFS.RadosNamespace) {
+		return fmt.Errorf("cluster %q: cephFS.radosNamespace %q: want up to 32 characters of [A-Za-z0-9._-]", c.ClusterID, c.CephFS.RadosNamespace)
 	}
-	if !radosNamePattern.MatchString(c.RBD.RadosNamespace) {
-		return fmt.Errorf("cluster %q: rbd.radosNamespace %q: want up to 64 characters of [A-Za-z0-9._-]", c.ClusterID, c.RBD.RadosNamespace)
+	if !namespacePattern.MatchString(c.RBD.RadosNamespace) {
+		return fmt.Errorf("cluster %q: rbd.radosNamespace %q: want up to 32 characters of [A-Za-z0-9._-]", c.ClusterID, c.RBD.RadosNamespace)
 	}
 	return nil
 }
