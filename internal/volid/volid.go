@@ -36,7 +36,10 @@ const UIDLen = 16
 // Shards is how many journal shards UIDs are spread over (see ShardOf).
 const Shards = 32
 
-const alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+// Alphabet is the character set of UIDs; shard i is Alphabet[i].
+const Alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+
+const alphabet = Alphabet
 
 var (
 	uidEnc         = base32.NewEncoding(alphabet).WithPadding(base32.NoPadding)

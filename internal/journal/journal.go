@@ -1,0 +1,326 @@
+// Package journal reserves CSI request names for volumes and snapshots in RADOS omaps, so that a
+// create is idempotent by name and a process killed at any step leaves a reservation that a
+// retry resumes and a delete removes.
+//
+// A reservation maps a request name to a UID (see package volid) and remembers the request's
+// attributes. Both directions are written in one atomic RADOS write op on one object, guarded
+// by the object version, so a reservation is never half written and two writers can never
+// both win:
+//
+//	object  monoceph.journal.<shard>         (shard = first character of the UID)
+//	key     <kind>.name.<request name>  →  {"uid": …, "attrs": {…}}
+//	key     <kind>.uid.<UID>            →  <request name>
+//
+// The journal lives next to what it describes (the RBD pool and namespace of the images; the
+// CephFS metadata pool), so users whose caps are limited to one namespace can still use it.
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/volid"
+)
+
+// Kind separates the journals of different object kinds sharing a pool.
+type Kind string
+
+// Kinds of reservations.
+const (
+	Volume   Kind = "vol"
+	Snapshot Kind = "snap"
+)
+
+// maxAttempts bounds retries after losing a version race; past it the caller answers ABORTED
+// and the CO retries later.
+const maxAttempts = 16
+
+// Location is where a journal lives.
+type Location struct {
+	Conn      *ceph.Conn
+	Pool      string
+	Namespace string
+}
+
+// Record is one reservation.
+type Record struct {
+	UID   string            `json:"uid"`
+	Name  string            `json:"-"`
+	Attrs map[string]string `json:"attrs,omitempty"`
+}
+
+func objectName(uid string) string { return "monoceph.journal." + uid[:1] }
+
+func nameKey(k Kind, name string) string { return string(k) + ".name." + name }
+
+func uidKey(k Kind, uid string) string { return string(k) + ".uid." + uid }
+
+// ErrConflict is returned when concurrent writers kept winning; the RPC should answer ABORTED.
+var ErrConflict = ceph.NewError("journal update", ceph.ErrConflict, "lost the race against concurrent updates too often")
+
+// with runs fn on a fresh IOContext for loc: GetLastVersion is per IOContext, so every journal
+// operation gets its own.
+func with[T any](ctx context.Context, loc Location, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
+	return ceph.Call(ctx, loc.Conn, op, func(r *rados.Conn) (T, error) {
+		var zero T
+		io, err := r.OpenIOContext(loc.Pool)
+		if err != nil {
+			return zero, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(loc.Namespace)
+		return fn(io)
+	})
+}
+
+// readKeys reads keys of oid and returns them with the object version (0 if it does not exist).
+func readKeys(io *rados.IOContext, oid string, keys ...string) (map[string][]byte, uint64, error) {
+	op := rados.CreateReadOp()
+	defer op.Release()
+	step := op.GetOmapValuesByKeys(keys)
+	if err := op.Operate(io, oid, rados.OperationNoFlag); err != nil {
+		if errors.Is(err, rados.ErrNotFound) {
+			return map[string][]byte{}, 0, nil
+		}
+		return nil, 0, err
+	}
+	ver, err := io.GetLastVersion()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string][]byte{}
+	for {
+		kv, err := step.Next()
+		if err != nil {
+			return nil, 0, err
+		}
+		if kv == nil {
+			return out, ver, nil
+		}
+		out[kv.Key] = kv.Value
+	}
+}
+
+// write applies set and rm atomically if oid is still at version ver (ver 0: oid must not
+// exist yet, and is created).
+func write(io *rados.IOContext, oid string, ver uint64, set map[string][]byte, rm []string) error {
+	op := rados.CreateWriteOp()
+	defer op.Release()
+	if ver == 0 {
+		op.Create(rados.CreateExclusive)
+	} else {
+		op.AssertVersion(ver)
+	}
+	if len(set) > 0 {
+		op.SetOmap(set)
+	}
+	if len(rm) > 0 {
+		op.RmOmapKeys(rm)
+	}
+	return op.Operate(io, oid, rados.OperationNoFlag)
+}
+
+// lost reports whether err means another writer changed the object first.
+func lost(err error) bool {
+	return errors.Is(ceph.Wrap("", err), ceph.ErrConflict) || errors.Is(err, rados.ErrObjectExists)
+}
+
+func decode(name string, b []byte) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal(b, &r); err != nil || !volid.ValidUID(r.UID) {
+		return nil, ceph.NewError("journal", ceph.ErrInconsistent, fmt.Sprintf("reservation of %q is corrupt", name))
+	}
+	r.Name = name
+	return &r, nil
+}
+
+// Lookup returns the reservation of name, or nil if there is none.
+func Lookup(ctx context.Context, loc Location, k Kind, name string) (*Record, error) {
+	oid := objectName(string(volid.ShardOf(name)))
+	return with(ctx, loc, "journal lookup", func(io *rados.IOContext) (*Record, error) {
+		vals, _, err := readKeys(io, oid, nameKey(k, name))
+		if err != nil {
+			return nil, err
+		}
+		b, ok := vals[nameKey(k, name)]
+		if !ok {
+			return nil, nil
+		}
+		return decode(name, b)
+	})
+}
+
+// Reserve returns the reservation of name, creating it with a new UID and attrs if there is
+// none. created tells which happened; an existing reservation keeps its own attrs, for the
+// caller to compare with the request.
+func Reserve(ctx context.Context, loc Location, k Kind, name string, attrs map[string]string) (rec *Record, created bool, err error) {
+	shard := volid.ShardOf(name)
+	oid := objectName(string(shard))
+	type result struct {
+		rec     *Record
+		created bool
+	}
+	res, err := with(ctx, loc, "journal reserve", func(io *rados.IOContext) (result, error) {
+		for range maxAttempts {
+			vals, ver, err := readKeys(io, oid, nameKey(k, name))
+			if err != nil {
+				return result{}, err
+			}
+			if b, ok := vals[nameKey(k, name)]; ok {
+				r, err := decode(name, b)
+				return result{r, false}, err
+			}
+			uid, err := volid.NewUID(shard)
+			if err != nil {
+				return result{}, err
+			}
+			r := &Record{UID: uid, Name: name, Attrs: attrs}
+			b, err := json.Marshal(r)
+			if err != nil {
+				return result{}, err
+			}
+			err = write(io, oid, ver, map[string][]byte{nameKey(k, name): b, uidKey(k, uid): []byte(name)}, nil)
+			if lost(err) {
+				continue
+			}
+			return result{r, err == nil}, err
+		}
+		return result{}, ErrConflict
+	})
+	return res.rec, res.created, err
+}
+
+// Get returns the reservation a UID belongs to, or nil if there is none.
+func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error) {
+	if !volid.ValidUID(uid) {
+		return nil, nil
+	}
+	oid := objectName(uid)
+	return with(ctx, loc, "journal get", func(io *rados.IOContext) (*Record, error) {
+		vals, _, err := readKeys(io, oid, uidKey(k, uid))
+		if err != nil {
+			return nil, err
+		}
+		name, ok := vals[uidKey(k, uid)]
+		if !ok {
+			return nil, nil
+		}
+		vals, _, err = readKeys(io, oid, nameKey(k, string(name)))
+		if err != nil {
+			return nil, err
+		}
+		b, ok := vals[nameKey(k, string(name))]
+		if !ok {
+			return nil, ceph.NewError("journal", ceph.ErrInconsistent, fmt.Sprintf("UID %s names %q, which has no reservation", uid, name))
+		}
+		r, err := decode(string(name), b)
+		if err == nil && r.UID != uid {
+			// the name was released and reserved again: this UID is history
+			return nil, nil
+		}
+		return r, err
+	})
+}
+
+// SetAttrs replaces the attributes of an existing reservation (for example to record a step's
+// result). It fails with ErrNotFound if the reservation is gone.
+func SetAttrs(ctx context.Context, loc Location, k Kind, rec *Record) error {
+	oid := objectName(rec.UID)
+	_, err := with(ctx, loc, "journal update", func(io *rados.IOContext) (struct{}, error) {
+		for range maxAttempts {
+			vals, ver, err := readKeys(io, oid, nameKey(k, rec.Name))
+			if err != nil {
+				return struct{}{}, err
+			}
+			cur, ok := vals[nameKey(k, rec.Name)]
+			if !ok || ver == 0 {
+				return struct{}{}, ceph.NewError("journal update", ceph.ErrNotFound, "reservation of "+rec.Name+" is gone")
+			}
+			if r, err := decode(rec.Name, cur); err != nil || r.UID != rec.UID {
+				return struct{}{}, ceph.NewError("journal update", ceph.ErrNotFound, "reservation of "+rec.Name+" is gone")
+			}
+			b, err := json.Marshal(rec)
+			if err != nil {
+				return struct{}{}, err
+			}
+			err = write(io, oid, ver, map[string][]byte{nameKey(k, rec.Name): b}, nil)
+			if lost(err) {
+				continue
+			}
+			return struct{}{}, err
+		}
+		return struct{}{}, ErrConflict
+	})
+	return err
+}
+
+// Release removes the reservation a UID belongs to. Releasing what is not reserved succeeds,
+// and a name reserved again under another UID is left alone.
+func Release(ctx context.Context, loc Location, k Kind, uid string) error {
+	if !volid.ValidUID(uid) {
+		return nil
+	}
+	oid := objectName(uid)
+	_, err := with(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
+		for range maxAttempts {
+			vals, ver, err := readKeys(io, oid, uidKey(k, uid))
+			if err != nil {
+				return struct{}{}, err
+			}
+			name, ok := vals[uidKey(k, uid)]
+			if !ok {
+				return struct{}{}, nil
+			}
+			rm := []string{uidKey(k, uid)}
+			nv, _, err := readKeys(io, oid, nameKey(k, string(name)))
+			if err != nil {
+				return struct{}{}, err
+			}
+			if b, ok := nv[nameKey(k, string(name))]; ok {
+				if r, err := decode(string(name), b); err != nil || r.UID == uid {
+					rm = append(rm, nameKey(k, string(name)))
+				}
+			}
+			err = write(io, oid, ver, nil, rm)
+			if lost(err) {
+				continue
+			}
+			return struct{}{}, err
+		}
+		return struct{}{}, ErrConflict
+	})
+	return err
+}
+
+// List returns every reservation of kind k at loc, sorted by UID.
+func List(ctx context.Context, loc Location, k Kind) ([]Record, error) {
+	return with(ctx, loc, "journal list", func(io *rados.IOContext) ([]Record, error) {
+		var out []Record
+		prefix := string(k) + ".name."
+		for i := range volid.Shards {
+			oid := objectName(volid.Alphabet[i : i+1])
+			vals, err := io.GetAllOmapValues(oid, "", prefix, 1000)
+			if errors.Is(err, rados.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			for key, b := range vals {
+				r, err := decode(strings.TrimPrefix(key, prefix), b)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, *r)
+			}
+		}
+		sort.Slice(out, func(i, j int) bool { return out[i].UID < out[j].UID })
+		return out, nil
+	})
+}
