@@ -40,6 +40,8 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.ConnIdleTTL, "conn-idle-ttl", 5*time.Minute, "close Ceph connections unused for this long")
 	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", 5*time.Second, "bound on one /healthz check")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight RPCs get to finish after SIGTERM")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/monoceph", "node-private state: FUSE mount points and key files")
+	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err

@@ -52,7 +52,8 @@ type Pool struct {
 }
 
 type entry struct {
-	key   string
+	key     string
+	monHost string
 	ready chan struct{} // closed when the connection attempt finished
 	conn  *rados.Conn   // set before ready is closed, when err is nil
 	err   error
@@ -133,7 +134,7 @@ func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn
 	}
 	e := p.entries[key]
 	if e == nil || e.broken {
-		e = &entry{key: key, ready: make(chan struct{})}
+		e = &entry{key: key, monHost: monHost, ready: make(chan struct{})}
 		p.entries[key] = e
 		p.dials++
 		go p.connect(e, monHost, cred)
@@ -154,6 +155,28 @@ func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn
 	return &Conn{pool: p, e: e}, nil
 }
 
+// Existing returns a share of any healthy connection already open to monHost, whatever its
+// user. It serves the few CSI calls that carry no secrets (GetCapacity): they can only use
+// credentials some earlier RPC brought.
+func (p *Pool) Existing(monHost string) (*Conn, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.entries {
+		if e.monHost != monHost || e.broken {
+			continue
+		}
+		select {
+		case <-e.ready:
+			if e.err == nil && e.conn != nil {
+				e.refs++
+				return &Conn{pool: p, e: e}, true
+			}
+		default:
+		}
+	}
+	return nil, false
+}
+
 func seconds(d time.Duration) string {
 	return strconv.Itoa(int(math.Ceil(d.Seconds())))
 }
@@ -164,7 +187,8 @@ func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
 	if err != nil {
 		if errors.Is(Wrap(op, err), ErrPermission) {
 			// cephx refused the user or key: the caller's secret is wrong, not its rights
-			err = &Error{Op: op, Errno: Errno(err), Kind: ErrAuth, cause: err}
+			err = &Error{Op: op, Errno: Errno(err), Kind: ErrAuth, cause: err,
+				Detail: "authentication failed: check the userID and userKey secrets"}
 		} else {
 			err = Wrap(op, err)
 		}

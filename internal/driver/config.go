@@ -47,6 +47,11 @@ type Config struct {
 	ClusterConfig  string
 	MetricsAddress string
 
+	// StateDir holds node-private state (FUSE mount points, staging records).
+	StateDir string
+	// RBDMaxCloneDepth is the parent chain length past which new clones are flattened.
+	RBDMaxCloneDepth int
+
 	CephTimeouts  ceph.Timeouts
 	ConnIdleTTL   time.Duration
 	HealthTimeout time.Duration

@@ -10,6 +10,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/health"
+	"github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,6 +71,13 @@ func New(cfg Config) (*Driver, error) {
 // derived from what was registered here, and nowhere else.
 func (d *Driver) register() {
 	var caps []*csi.PluginCapability
+	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
+		csi.RegisterControllerServer(d.grpc.Server, rbd.NewController(rbd.Options{
+			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
+		}))
+		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
+	}
 	csi.RegisterIdentityServer(d.grpc.Server, &identity{
 		name: d.cfg.DriverName, version: version.Get(), caps: caps, ready: &d.ready,
 	})

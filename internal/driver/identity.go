@@ -17,6 +17,18 @@ type identity struct {
 	ready         *atomic.Bool
 }
 
+func serviceCap(t csi.PluginCapability_Service_Type) *csi.PluginCapability {
+	return &csi.PluginCapability{Type: &csi.PluginCapability_Service_{
+		Service: &csi.PluginCapability_Service{Type: t},
+	}}
+}
+
+func expansionCap(t csi.PluginCapability_VolumeExpansion_Type) *csi.PluginCapability {
+	return &csi.PluginCapability{Type: &csi.PluginCapability_VolumeExpansion_{
+		VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: t},
+	}}
+}
+
 func (s *identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
 	return &csi.GetPluginInfoResponse{Name: s.name, VendorVersion: s.version}, nil
 }

@@ -103,11 +103,19 @@ func recovered(logger klog.Logger, r any) error {
 	return status.Errorf(codes.Internal, "internal error: handler panicked: %v", r)
 }
 
+// serverFault are the codes that mean the driver or Ceph failed, not the request: they are
+// logged as errors; the rest (bad input, not found, retry later) as information.
+var serverFault = map[codes.Code]bool{codes.Internal: true, codes.Unknown: true, codes.DataLoss: true,
+	codes.Unavailable: true, codes.DeadlineExceeded: true, codes.Unimplemented: true}
+
 func finish(logger klog.Logger, err error, start time.Time) error {
 	err = ToStatus(err)
-	if err != nil {
+	switch {
+	case err != nil && serverFault[status.Code(err)]:
 		logger.Error(err, "RPC failed", "code", status.Code(err), "duration", time.Since(start))
-	} else {
+	case err != nil:
+		logger.Info("RPC failed", "err", err, "code", status.Code(err), "duration", time.Since(start))
+	default:
 		logger.V(vRequest).Info("RPC succeeded", "duration", time.Since(start))
 	}
 	return err

@@ -1,0 +1,112 @@
+// Package sanitytest runs the kubernetes-csi sanity suite (csi-test v5) in-process against a
+// monoceph driver started on the local Ceph cluster, and reports every skipped spec with its
+// reason. Ginkgo allows one suite run per process, so each access type and backend has its own
+// test package calling Run.
+package sanitytest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
+	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/driver"
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	"gopkg.in/yaml.v3"
+)
+
+// Options select what is tested.
+type Options struct {
+	Type       driver.Type
+	AccessType string // "mount" or "block"
+	// Parameters are the StorageClass parameters of every test volume; clusterID and secrets
+	// are added.
+	Parameters map[string]string
+}
+
+// skipped collects skipped specs for the summary.
+var skipped []string
+
+var _ = ginkgo.ReportAfterEach(func(r ginkgo.SpecReport) {
+	if r.State == types.SpecStateSkipped {
+		reason := strings.TrimSpace(r.Failure.Message)
+		if reason == "" {
+			reason = "filtered out"
+		}
+		skipped = append(skipped, fmt.Sprintf("%s: %s", r.FullText(), reason))
+	}
+})
+
+// Run starts the driver in all-in-one mode on a temporary socket and runs the sanity suite.
+func Run(t *testing.T, o Options) {
+	cl := cephtest.Env(t)
+	dir, err := os.MkdirTemp("", "sanity-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	clusters := filepath.Join(dir, "clusters.json")
+	if err := os.WriteFile(clusters, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]}]`, cl.ID, cl.Monitors)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := driver.New(driver.Config{
+		Type: o.Type, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "sanity-node",
+		ClusterConfig: clusters, StateDir: filepath.Join(dir, "state"), RBDMaxCloneDepth: 8,
+		CephTimeouts: cephTimeouts, ConnIdleTTL: time.Minute, HealthTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("driver: %v", err)
+		}
+	})
+
+	secrets := map[string]map[string]string{}
+	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret",
+		"NodeStageVolumeSecret", "NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret",
+		"ControllerExpandVolumeSecret", "ListSnapshotsSecret", "GetSnapshotSecret"} {
+		secrets[k] = cl.Secrets()
+	}
+	b, err := yaml.Marshal(secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretsFile := filepath.Join(dir, "secrets.yaml")
+	if err := os.WriteFile(secretsFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	params := map[string]string{"clusterID": cl.ID}
+	for k, v := range o.Parameters {
+		params[k] = v
+	}
+	cfg := sanity.NewTestConfig()
+	cfg.Address = d.SocketPath()
+	cfg.SecretsFile = secretsFile
+	cfg.TargetPath = filepath.Join(dir, "target")
+	cfg.StagingPath = filepath.Join(dir, "staging")
+	cfg.TestVolumeParameters = params
+	cfg.TestVolumeAccessType = o.AccessType
+	// small volumes: the local cluster keeps data in RAM
+	cfg.TestVolumeSize = 64 << 20
+	cfg.TestVolumeExpandSize = 128 << 20
+	cfg.IdempotentCount = 3
+	sanity.Test(t, cfg)
+
+	t.Logf("%d specs skipped:", len(skipped))
+	for _, s := range skipped {
+		t.Log("  SKIPPED " + s)
+	}
+}

@@ -1,0 +1,134 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ceph/go-ceph/rados"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/volcap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Options configure the controller.
+type Options struct {
+	Clusters *clustermap.Store
+	Pool     *ceph.Pool
+	Locks    *server.OpLocks
+	// MaxCloneDepth is the longest parent chain a new clone may have before it is flattened:
+	// long chains make every read walk them and keep every ancestor alive.
+	MaxCloneDepth int
+	// DefaultSize is used when a CreateVolume names no capacity.
+	DefaultSize int64
+}
+
+// Controller is the CSI Controller service for RBD.
+type Controller struct {
+	csi.UnimplementedControllerServer
+	opts Options
+}
+
+// NewController builds the service.
+func NewController(o Options) *Controller {
+	if o.MaxCloneDepth <= 0 {
+		o.MaxCloneDepth = 8
+	}
+	if o.DefaultSize <= 0 {
+		o.DefaultSize = 1 << 30
+	}
+	return &Controller{opts: o}
+}
+
+var supportedFsTypes = map[string]bool{"ext4": true, "xfs": true}
+
+// support: single-node modes with a filesystem; shared read-only filesystems; any mode on raw
+// block, where the application (a clustered database, a VM live migration) coordinates writers.
+var support = volcap.Support{
+	Block: true,
+	MountModes: map[csi.VolumeCapability_AccessMode_Mode]bool{
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER:        true,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:   true,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER: true,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:  true,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:    true,
+	},
+	BlockModes: map[csi.VolumeCapability_AccessMode_Mode]bool{
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER:        true,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:   true,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER: true,
+		csi.VolumeCapability_AccessMode_SINGLE_NODE_MULTI_WRITER:  true,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY:    true,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER:  true,
+		csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:   true,
+	},
+	FsTypes: supportedFsTypes,
+}
+
+// ControllerGetCapabilities lists what this controller implements. ListVolumes and
+// ControllerGetVolume carry no secrets, so they are not offered; GetCapacity answers from a
+// connection an earlier RPC opened.
+func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
+	var caps []*csi.ControllerServiceCapability
+	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
+		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
+		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
+		csi.ControllerServiceCapability_RPC_CLONE_VOLUME,
+		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
+		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
+		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
+	} {
+		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// cluster resolves a clusterID; notFound selects the code for an unknown one (NOT_FOUND when
+// it came from an ID, INVALID_ARGUMENT when it came from parameters).
+func (c *Controller) cluster(id string, code codes.Code, field string) (v1.Cluster, error) {
+	cl, err := c.opts.Clusters.Cluster(id)
+	if err != nil {
+		return cl, status.Errorf(code, "%s: %v", field, err)
+	}
+	return cl, nil
+}
+
+// connect opens (or reuses) a connection with the RPC's secrets.
+func (c *Controller) connect(ctx context.Context, cl v1.Cluster, secrets map[string]string) (*ceph.Conn, error) {
+	cred, err := ceph.CredentialsFromSecrets(secrets)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
+	}
+	return c.opts.Pool.Get(ctx, cl.MonHost(), cred)
+}
+
+// poolByID resolves the pool ID of an ID; a pool that no longer exists means the volume does
+// not either (ErrNotFound).
+func poolByID(ctx context.Context, conn *ceph.Conn, id int64) (string, error) {
+	return ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (string, error) { return r.GetPoolByID(id) })
+}
+
+// poolByName resolves a StorageClass's pool to its ID, which volume IDs carry.
+func poolByName(ctx context.Context, conn *ceph.Conn, name string) (int64, error) {
+	return ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (int64, error) { return r.GetPoolByName(name) })
+}
+
+func notFoundf(format string, a ...any) error {
+	return status.Errorf(codes.NotFound, format, a...)
+}
+
+// orNotFound turns a Ceph "not found" into NOT_FOUND with what, other errors pass on.
+func orNotFound(err error, what string) error {
+	if errors.Is(err, ceph.ErrNotFound) {
+		return notFoundf("%s does not exist", what)
+	}
+	return err
+}
+

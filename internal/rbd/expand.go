@@ -1,0 +1,158 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/volcap"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// openVolume resolves a volume ID to its place and checks the image exists (a hidden deleted
+// volume does not). The caller releases the connection.
+func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[string]string) (place, volid.RBDVolume, imageState, error) {
+	id, err := volid.ParseRBDVolume(raw)
+	if err != nil {
+		return place{}, id, imageState{}, notFoundf("volume %q does not exist", raw)
+	}
+	cl, err := c.cluster(id.ClusterID, codes.NotFound, "volume_id")
+	if err != nil {
+		return place{}, id, imageState{}, err
+	}
+	conn, err := c.connect(ctx, cl, secrets)
+	if err != nil {
+		return place{}, id, imageState{}, err
+	}
+	pool, err := poolByID(ctx, conn, id.PoolID)
+	if err != nil {
+		conn.Release()
+		return place{}, id, imageState{}, orNotFound(err, "volume "+raw)
+	}
+	p := place{conn: conn, pool: pool, ns: id.Namespace}
+	st, err := do(ctx, p, "inspect volume", func(io *rados.IOContext) (imageState, error) {
+		return inspect(io, imageName(id.UID))
+	})
+	if err == nil && (!st.exists || st.deleted) {
+		err = notFoundf("volume %q does not exist", raw)
+	}
+	if err != nil {
+		conn.Release()
+		return place{}, id, st, err
+	}
+	return p, id, st, nil
+}
+
+// ControllerExpandVolume grows the image; it never shrinks. A filesystem volume then needs the
+// node to grow its filesystem.
+func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	if req.GetCapacityRange() == nil {
+		return nil, status.Error(codes.InvalidArgument, "capacity_range is missing")
+	}
+	if vc := req.GetVolumeCapability(); vc != nil {
+		if reason := support.Check([]*csi.VolumeCapability{vc}); reason != "" {
+			return nil, status.Error(codes.InvalidArgument, "volume_capability: "+reason)
+		}
+	}
+	size, err := volcap.Size(req.GetCapacityRange(), 0)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("ControllerExpandVolume", raw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	p, id, st, err := c.openVolume(ctx, raw, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer p.conn.Release()
+	nodeExpand := req.GetVolumeCapability().GetBlock() == nil
+	if int64(st.size) >= size {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(st.size), NodeExpansionRequired: nodeExpand}, nil
+	}
+	_, err = do(ctx, p, "resize", func(io *rados.IOContext) (struct{}, error) {
+		return struct{}{}, resize(io, imageName(id.UID), uint64(size))
+	})
+	if errors.Is(err, ceph.ErrNoSpace) {
+		return nil, status.Errorf(codes.OutOfRange, "cannot grow volume to %d bytes: %v", size, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: nodeExpand}, nil
+}
+
+// ValidateVolumeCapabilities confirms the capabilities this driver can serve for an existing
+// volume.
+func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+	if req.GetVolumeId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	if len(req.GetVolumeCapabilities()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is missing")
+	}
+	p, _, _, err := c.openVolume(ctx, req.GetVolumeId(), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	p.conn.Release()
+	if reason := support.Check(req.GetVolumeCapabilities()); reason != "" {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: reason}, nil
+	}
+	if _, err := parseVolumeParams(withDefaults(req.GetParameters())); len(req.GetParameters()) > 0 && err != nil {
+		return &csi.ValidateVolumeCapabilitiesResponse{Message: status.Convert(err).Message()}, nil
+	}
+	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
+		VolumeContext: req.GetVolumeContext(), VolumeCapabilities: req.GetVolumeCapabilities(), Parameters: req.GetParameters(),
+	}}, nil
+}
+
+// withDefaults lets parameters be checked for unknown keys and bad values without requiring
+// the keys CreateVolume requires.
+func withDefaults(p map[string]string) map[string]string {
+	out := map[string]string{paramClusterID: "x", paramPool: "x"}
+	for k, v := range p {
+		out[k] = v
+	}
+	return out
+}
+
+// GetCapacity reports the pool's max_avail from `ceph df`. The request carries no secrets, so it
+// uses a connection an earlier RPC opened to that cluster.
+func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
+	if caps := req.GetVolumeCapabilities(); len(caps) > 0 {
+		if support.Check(caps) != "" {
+			return &csi.GetCapacityResponse{AvailableCapacity: 0}, nil
+		}
+	}
+	params := req.GetParameters()
+	clusterID, pool := params[paramClusterID], params[paramPool]
+	if clusterID == "" || pool == "" {
+		// without a pool there is no capacity to report; 0 tells the CO nothing fits here
+		return &csi.GetCapacityResponse{}, nil
+	}
+	cl, err := c.cluster(clusterID, codes.InvalidArgument, `parameters["clusterID"]`)
+	if err != nil {
+		return nil, err
+	}
+	conn, ok := c.opts.Pool.Existing(cl.MonHost())
+	if !ok {
+		return nil, status.Errorf(codes.Unavailable, "no connection to cluster %q yet: GetCapacity carries no secrets, so it waits for an RPC that does", clusterID)
+	}
+	defer conn.Release()
+	avail, err := poolMaxAvail(ctx, conn, pool)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.GetCapacityResponse{AvailableCapacity: avail}, nil
+}

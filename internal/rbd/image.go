@@ -1,0 +1,220 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/journal"
+)
+
+const (
+	volumePrefix    = "csi-vol-"
+	snapshotPrefix  = "csi-snap-"
+	clonePrefix     = "csi-clone-"
+	metaDeleted     = "monoceph.deleted"
+	metaDeletedTrue = "true"
+)
+
+func imageName(uid string) string { return volumePrefix + uid }
+func snapName(uid string) string  { return snapshotPrefix + uid }
+func cloneSnap(uid string) string { return clonePrefix + uid }
+
+// place is a pool and RADOS namespace on one connection.
+type place struct {
+	conn *ceph.Conn
+	pool string
+	ns   string
+}
+
+func (p place) journal() journal.Location {
+	return journal.Location{Conn: p.conn, Pool: p.pool, Namespace: p.ns}
+}
+
+func (p place) String() string {
+	if p.ns == "" {
+		return p.pool
+	}
+	return p.pool + "/" + p.ns
+}
+
+// do runs fn on a fresh IOContext of p under the RPC's deadline.
+func do[T any](ctx context.Context, p place, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
+	return ceph.Call(ctx, p.conn, op, func(r *rados.Conn) (T, error) {
+		var zero T
+		io, err := r.OpenIOContext(p.pool)
+		if err != nil {
+			return zero, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(p.ns)
+		return fn(io)
+	})
+}
+
+func isNotFound(err error) bool { return errors.Is(ceph.Wrap("", err), ceph.ErrNotFound) }
+
+// imageState is what the controller needs to know about an image.
+type imageState struct {
+	exists  bool
+	size    uint64
+	deleted bool // kept only for its snapshots
+	parent  *rbd.ParentInfo
+	snaps   []rbd.SnapInfo
+	watches int
+}
+
+func (s imageState) csiSnapshots() []rbd.SnapInfo {
+	var out []rbd.SnapInfo
+	for _, sn := range s.snaps {
+		if strings.HasPrefix(sn.Name, snapshotPrefix) {
+			out = append(out, sn)
+		}
+	}
+	return out
+}
+
+func (s imageState) hasSnap(name string) (rbd.SnapInfo, bool) {
+	for _, sn := range s.snaps {
+		if sn.Name == name {
+			return sn, true
+		}
+	}
+	return rbd.SnapInfo{}, false
+}
+
+// inspect opens name read-only (read-only handles register no watch, so the watcher count is
+// other clients only) and collects its state.
+func inspect(io *rados.IOContext, name string) (imageState, error) {
+	img, err := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
+	if isNotFound(err) {
+		return imageState{}, nil
+	}
+	if err != nil {
+		return imageState{}, err
+	}
+	defer img.Close()
+	st := imageState{exists: true}
+	if st.size, err = img.GetSize(); err != nil {
+		return st, err
+	}
+	if v, err := img.GetMetadata(metaDeleted); err == nil && v == metaDeletedTrue {
+		st.deleted = true
+	} else if err != nil && !isNotFound(err) {
+		return st, err
+	}
+	if p, err := img.GetParent(); err == nil {
+		st.parent = p
+	} else if !isNotFound(err) {
+		return st, err
+	}
+	if st.snaps, err = img.GetSnapshotNames(); err != nil {
+		return st, err
+	}
+	w, err := img.ListWatchers()
+	if err != nil {
+		return st, err
+	}
+	st.watches = len(w)
+	return st, nil
+}
+
+func imageOptions(features []string, dataPool string) (*rbd.ImageOptions, error) {
+	o := rbd.NewRbdImageOptions()
+	if err := o.SetUint64(rbd.ImageOptionFeatures, featureBits(features)); err != nil {
+		o.Destroy()
+		return nil, err
+	}
+	if dataPool != "" {
+		if err := o.SetString(rbd.ImageOptionDataPool, dataPool); err != nil {
+			o.Destroy()
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// createOrRepair runs create; when create says the image exists although it cannot be opened,
+// a process was killed half way through librbd's multi-object create: remove the remains
+// (rbd_remove cleans up partial images) and create again.
+func createOrRepair(io *rados.IOContext, name string, create func() error) error {
+	err := create()
+	if err == nil || !errors.Is(ceph.Wrap("", err), ceph.ErrExists) {
+		return err
+	}
+	img, oerr := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
+	if oerr == nil {
+		img.Close()
+		return nil // a concurrent create won; the caller re-inspects
+	}
+	if !isNotFound(oerr) {
+		return oerr
+	}
+	if rerr := rbd.RemoveImage(io, name); rerr != nil && !isNotFound(rerr) {
+		return fmt.Errorf("remove partial image %s: %w", name, rerr)
+	}
+	return create()
+}
+
+func resize(io *rados.IOContext, name string, size uint64) error {
+	img, err := rbd.OpenImage(io, name, rbd.NoSnapshot)
+	if err != nil {
+		return err
+	}
+	defer img.Close()
+	cur, err := img.GetSize()
+	if err != nil || cur >= size {
+		return err
+	}
+	return img.Resize(size)
+}
+
+// depth counts the ancestors of an image, following parents into other pools and the trash.
+func depth(r *rados.Conn, io *rados.IOContext, name string, limit int) (int, error) {
+	img, err := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for ; n <= limit; n++ {
+		p, err := img.GetParent()
+		img.Close()
+		if isNotFound(err) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		pio, err := r.OpenIOContext(p.Image.PoolName)
+		if err != nil {
+			return n, err
+		}
+		pio.SetNamespace(p.Image.PoolNamespace)
+		img, err = rbd.OpenImageByIdReadOnly(pio, p.Image.ImageID, rbd.NoSnapshot)
+		pio.Destroy()
+		if err != nil {
+			return n, err
+		}
+	}
+	img.Close()
+	return n, nil
+}
+
+// purgeTrashedParent removes a parent that waits in the RBD trash for its last clone; it fails
+// harmlessly (EBUSY/ENOTEMPTY) while other clones remain.
+func purgeTrashedParent(r *rados.Conn, p *rbd.ParentInfo) {
+	if p == nil || !p.Image.Trash || !strings.HasPrefix(p.Image.ImageName, volumePrefix) {
+		return
+	}
+	io, err := r.OpenIOContext(p.Image.PoolName)
+	if err != nil {
+		return
+	}
+	defer io.Destroy()
+	io.SetNamespace(p.Image.PoolNamespace)
+	_ = rbd.TrashRemove(io, p.Image.ImageID, false)
+}

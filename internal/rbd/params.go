@@ -1,0 +1,130 @@
+package rbd
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// StorageClass parameter keys.
+const (
+	paramClusterID      = "clusterID"
+	paramPool           = "pool"
+	paramDataPool       = "dataPool"
+	paramRadosNamespace = "radosNamespace"
+	paramImageFeatures  = "imageFeatures"
+	paramMounter        = "mounter"
+	paramFsType         = "csi.storage.k8s.io/fstype"
+	// Keys with this prefix belong to the CO and sidecars (secret references, PVC metadata).
+	reservedPrefix = "csi.storage.k8s.io/"
+)
+
+// DefaultImageFeatures make changed-block queries cheap (object-map, fast-diff) and allow
+// clones (layering) that can be flattened without their parent (deep-flatten).
+var DefaultImageFeatures = []string{"layering", "exclusive-lock", "object-map", "fast-diff", "deep-flatten"}
+
+// featureNeeds lists the features each feature depends on, so a bad combination is rejected
+// with a reason instead of librbd's bare EINVAL.
+var featureNeeds = map[string][]string{
+	"object-map":     {"exclusive-lock"},
+	"fast-diff":      {"object-map"},
+	"journaling":     {"exclusive-lock"},
+	"layering":       nil,
+	"deep-flatten":   nil,
+	"striping":       nil,
+	"exclusive-lock": nil,
+}
+
+type volumeParams struct {
+	ClusterID string
+	Pool      string
+	DataPool  string
+	Namespace string
+	nsSet     bool
+	Features  []string
+	Mounter   string
+}
+
+func invalidParam(key, format string, a ...any) error {
+	return status.Errorf(codes.InvalidArgument, "parameters[%q]: %s", key, fmt.Sprintf(format, a...))
+}
+
+func parseVolumeParams(p map[string]string) (volumeParams, error) {
+	v := volumeParams{Mounter: volumecontext.DefaultMounter, Features: DefaultImageFeatures}
+	for k, val := range p {
+		switch k {
+		case paramClusterID:
+			v.ClusterID = val
+		case paramPool:
+			v.Pool = val
+		case paramDataPool:
+			v.DataPool = val
+		case paramRadosNamespace:
+			v.Namespace, v.nsSet = val, true
+		case paramImageFeatures:
+			fs, err := parseFeatures(val)
+			if err != nil {
+				return v, invalidParam(k, "%v", err)
+			}
+			v.Features = fs
+		case paramMounter:
+			if !volumecontext.ValidMounter(val) {
+				return v, invalidParam(k, "%q: want %s, %s or %s", val, volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
+			}
+			v.Mounter = val
+		case paramFsType:
+			if val != "" && !supportedFsTypes[val] {
+				return v, invalidParam(k, "%q: want ext4 or xfs", val)
+			}
+		default:
+			if !strings.HasPrefix(k, reservedPrefix) {
+				return v, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (known: clusterID, pool, dataPool, radosNamespace, imageFeatures, mounter)", k)
+			}
+		}
+	}
+	if v.ClusterID == "" {
+		return v, invalidParam(paramClusterID, "is missing")
+	}
+	if v.Pool == "" {
+		return v, invalidParam(paramPool, "is missing")
+	}
+	if v.nsSet && !volid.ValidNamespace(v.Namespace) {
+		return v, invalidParam(paramRadosNamespace, "%q: want at most %d characters of [A-Za-z0-9._-]", v.Namespace, volid.MaxNamespaceLen)
+	}
+	return v, nil
+}
+
+func parseFeatures(s string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" || seen[f] {
+			continue
+		}
+		if _, ok := featureNeeds[f]; !ok {
+			return nil, fmt.Errorf("unknown or unsupported image feature %q", f)
+		}
+		seen[f] = true
+		out = append(out, f)
+	}
+	for _, f := range out {
+		for _, need := range featureNeeds[f] {
+			if !seen[need] {
+				return nil, fmt.Errorf("image feature %q needs %q", f, need)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+func featureBits(names []string) uint64 {
+	return uint64(rbd.FeatureSetFromNames(names))
+}

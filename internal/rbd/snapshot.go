@@ -1,0 +1,375 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+)
+
+// Journal attributes of a snapshot reservation.
+const (
+	attrSourceVolume = "sourceVolume"
+	attrCreated      = "created" // RFC 3339 with nanoseconds, set once the snapshot is cut
+	attrSnapSize     = "size"
+)
+
+// CreateSnapshot cuts one RBD snapshot of the source image; the reservation (in the source's
+// pool and namespace) makes it idempotent by name and records size and creation time for
+// ListSnapshots.
+func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is missing")
+	}
+	if srcID == "" {
+		return nil, status.Error(codes.InvalidArgument, "source_volume_id is missing")
+	}
+	for k := range req.GetParameters() {
+		if !strings.HasPrefix(k, reservedPrefix) {
+			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (RBD snapshots take no parameters)", k)
+		}
+	}
+	src, err := volid.ParseRBDVolume(srcID)
+	if err != nil {
+		return nil, notFoundf("source volume %q does not exist", srcID)
+	}
+	cl, err := c.cluster(src.ClusterID, codes.NotFound, "source_volume_id")
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("CreateSnapshot", "rbd-snapshot-name:"+name, srcID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	pool, err := poolByID(ctx, conn, src.PoolID)
+	if err != nil {
+		return nil, orNotFound(err, "source volume "+srcID)
+	}
+	p := place{conn: conn, pool: pool, ns: src.Namespace}
+
+	rec, created, err := journal.Reserve(ctx, p.journal(), journal.Snapshot, name, map[string]string{attrSourceVolume: srcID})
+	if err != nil {
+		return nil, err
+	}
+	if !created && rec.Attrs[attrSourceVolume] != srcID {
+		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for source volume %q, not %q", name, rec.Attrs[attrSourceVolume], srcID)
+	}
+	faultpoint.Hit("rbd.CreateSnapshot.reserved")
+	id := volid.RBDSnapshot{RBDVolume: src, SnapUID: rec.UID}
+	if rec.Attrs[attrCreated] != "" {
+		if snap, ok := snapshotFromRecord(*rec, id); ok {
+			return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+		}
+	}
+	image, sname := imageName(src.UID), snapName(rec.UID)
+	type cut struct {
+		size    uint64
+		created time.Time
+	}
+	res, err := do(ctx, p, "snapshot "+image, func(io *rados.IOContext) (cut, error) {
+		st, err := inspect(io, image)
+		if err != nil {
+			return cut{}, err
+		}
+		if !st.exists || st.deleted {
+			return cut{}, notFoundf("source volume %q does not exist", srcID)
+		}
+		img, err := rbd.OpenImage(io, image, rbd.NoSnapshot)
+		if err != nil {
+			return cut{}, err
+		}
+		defer img.Close()
+		info, ok := st.hasSnap(sname)
+		if !ok {
+			if _, err := img.CreateSnapshot(sname); err != nil {
+				return cut{}, err
+			}
+			faultpoint.Hit("rbd.CreateSnapshot.cut")
+			snaps, err := img.GetSnapshotNames()
+			if err != nil {
+				return cut{}, err
+			}
+			for _, s := range snaps {
+				if s.Name == sname {
+					info = s
+				}
+			}
+		}
+		ts, err := img.GetSnapTimestamp(info.Id)
+		if err != nil {
+			return cut{}, err
+		}
+		return cut{size: info.Size, created: time.Unix(ts.Sec, ts.Nsec)}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rec.Attrs[attrCreated] = res.created.UTC().Format(time.RFC3339Nano)
+	rec.Attrs[attrSnapSize] = strconv.FormatUint(res.size, 10)
+	if err := journal.SetAttrs(ctx, p.journal(), journal.Snapshot, rec); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", p.String()+"/"+image+"@"+sname, "name", name)
+	snap, _ := snapshotFromRecord(*rec, id)
+	return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+}
+
+func snapshotFromRecord(rec journal.Record, id volid.RBDSnapshot) (*csi.Snapshot, bool) {
+	created, err := time.Parse(time.RFC3339Nano, rec.Attrs[attrCreated])
+	if err != nil {
+		return nil, false
+	}
+	size, err := strconv.ParseInt(rec.Attrs[attrSnapSize], 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	return &csi.Snapshot{
+		SnapshotId: id.String(), SourceVolumeId: rec.Attrs[attrSourceVolume],
+		SizeBytes: size, CreationTime: timestamppb.New(created), ReadyToUse: true,
+	}, true
+}
+
+// DeleteSnapshot removes the RBD snapshot (clone v2 moves one with clones to the trash
+// namespace, where the clones keep it), then the reservation, then a hidden deleted volume
+// whose last snapshot this was.
+func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	raw := req.GetSnapshotId()
+	if raw == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot_id is missing")
+	}
+	id, err := volid.ParseRBDSnapshot(raw)
+	if err != nil {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	cl, err := c.cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("DeleteSnapshot", raw, id.RBDVolume.String())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	pool, err := poolByID(ctx, conn, id.PoolID)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := place{conn: conn, pool: pool, ns: id.Namespace}
+	image := imageName(id.UID)
+	_, err = ceph.Call(ctx, conn, "delete snapshot", func(r *rados.Conn) (struct{}, error) {
+		io, err := r.OpenIOContext(p.pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(p.ns)
+		return struct{}{}, removeSnapshot(io, image, snapName(id.SnapUID))
+	})
+	if err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("rbd.DeleteSnapshot.removed")
+	if err := journal.Release(ctx, p.journal(), journal.Snapshot, id.SnapUID); err != nil {
+		return nil, err
+	}
+	_, err = ceph.Call(ctx, conn, "collect deleted volume", func(r *rados.Conn) (struct{}, error) {
+		io, err := r.OpenIOContext(p.pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(p.ns)
+		st, err := inspect(io, image)
+		if err != nil || !st.deleted {
+			return struct{}{}, err
+		}
+		return struct{}{}, deleteImage(r, io, image, false)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// ListSnapshots reads the snapshot journals: of the snapshot's or source volume's pool when
+// filtered, else of every pool and RBD namespace of every cluster the secrets open.
+func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	if req.GetMaxEntries() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries is negative")
+	}
+	after := req.GetStartingToken()
+	if after != "" {
+		if _, err := volid.ParseRBDSnapshot(after); err != nil {
+			return nil, status.Errorf(codes.Aborted, "starting_token %q is not a token this driver issued", after)
+		}
+	}
+	var all []*csi.Snapshot
+	var err error
+	switch {
+	case req.GetSnapshotId() != "":
+		id, perr := volid.ParseRBDSnapshot(req.GetSnapshotId())
+		if perr != nil {
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		all, err = c.listAt(ctx, id.ClusterID, id.PoolID, id.Namespace, req.GetSecrets(), func(s *csi.Snapshot) bool {
+			return s.GetSnapshotId() == req.GetSnapshotId()
+		})
+	case req.GetSourceVolumeId() != "":
+		v, perr := volid.ParseRBDVolume(req.GetSourceVolumeId())
+		if perr != nil {
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		all, err = c.listAt(ctx, v.ClusterID, v.PoolID, v.Namespace, req.GetSecrets(), func(s *csi.Snapshot) bool {
+			return s.GetSourceVolumeId() == req.GetSourceVolumeId()
+		})
+	default:
+		all, err = c.listEverywhere(ctx, req.GetSecrets())
+	}
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].GetSnapshotId() < all[j].GetSnapshotId() })
+	start := sort.Search(len(all), func(i int) bool { return all[i].GetSnapshotId() > after })
+	all = all[start:]
+	resp := &csi.ListSnapshotsResponse{}
+	if n := int(req.GetMaxEntries()); n > 0 && len(all) > n {
+		all = all[:n]
+		resp.NextToken = all[n-1].GetSnapshotId()
+	}
+	for _, s := range all {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: s})
+	}
+	return resp, nil
+}
+
+func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64, ns string, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	cl, err := c.opts.Clusters.Cluster(clusterID)
+	if err != nil {
+		return nil, nil // not one of ours: nothing to list
+	}
+	conn, err := c.connect(ctx, cl, secrets)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	pool, err := poolByID(ctx, conn, poolID)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return snapshotsIn(ctx, place{conn: conn, pool: pool, ns: ns}, cl.ClusterID, poolID, keep)
+}
+
+func snapshotsIn(ctx context.Context, p place, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	recs, err := journal.List(ctx, p.journal(), journal.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	var out []*csi.Snapshot
+	for _, r := range recs {
+		src, err := volid.ParseRBDVolume(r.Attrs[attrSourceVolume])
+		if err != nil {
+			continue
+		}
+		s, ok := snapshotFromRecord(r, volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: clusterID, PoolID: poolID, Namespace: p.ns, UID: src.UID}, SnapUID: r.UID})
+		if ok && (keep == nil || keep(s)) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (c *Controller) listEverywhere(ctx context.Context, secrets map[string]string) ([]*csi.Snapshot, error) {
+	var out []*csi.Snapshot
+	for _, cl := range c.opts.Clusters.Map() {
+		found, err := c.listCluster(ctx, cl, secrets)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+func (c *Controller) listCluster(ctx context.Context, cl v1.Cluster, secrets map[string]string) ([]*csi.Snapshot, error) {
+	conn, err := c.connect(ctx, cl, secrets)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	type loc struct {
+		pool string
+		id   int64
+		ns   string
+	}
+	locs, err := ceph.Call(ctx, conn, "list pools", func(r *rados.Conn) ([]loc, error) {
+		pools, err := r.ListPools()
+		if err != nil {
+			return nil, err
+		}
+		var out []loc
+		for _, pool := range pools {
+			id, err := r.GetPoolByName(pool)
+			if err != nil {
+				continue
+			}
+			io, err := r.OpenIOContext(pool)
+			if err != nil {
+				continue
+			}
+			nss, err := rbd.NamespaceList(io)
+			io.Destroy()
+			if err != nil {
+				continue // not an RBD pool (CephFS data and metadata pools)
+			}
+			for _, ns := range append([]string{""}, nss...) {
+				out = append(out, loc{pool, id, ns})
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []*csi.Snapshot
+	for _, l := range locs {
+		found, err := snapshotsIn(ctx, place{conn: conn, pool: l.pool, ns: l.ns}, cl.ClusterID, l.id, nil)
+		if err != nil && !errors.Is(err, ceph.ErrPermission) {
+			return nil, err
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}

@@ -1,0 +1,541 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
+	"github.com/monoceph/monoceph/internal/volcap"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// Journal attributes of a volume reservation: what a repeat of the request must match and
+// what a resumed create needs.
+const (
+	attrSize     = "size"
+	attrSource   = "source"
+	attrFeatures = "features"
+	attrDataPool = "dataPool"
+	// attrState is set to stateReady once a clone is complete: a clone without a parent is
+	// then a flattened one, not one whose creation was cut short.
+	attrState  = "state"
+	stateReady = "ready"
+)
+
+// source is a decoded volume_content_source.
+type source struct {
+	snap *volid.RBDSnapshot
+	vol  *volid.RBDVolume
+}
+
+func (s source) String() string {
+	switch {
+	case s.snap != nil:
+		return "snapshot:" + s.snap.String()
+	case s.vol != nil:
+		return "volume:" + s.vol.String()
+	}
+	return ""
+}
+
+func (s source) clusterID() string {
+	switch {
+	case s.snap != nil:
+		return s.snap.ClusterID
+	case s.vol != nil:
+		return s.vol.ClusterID
+	}
+	return ""
+}
+
+func parseSource(cs *csi.VolumeContentSource) (source, error) {
+	switch {
+	case cs == nil:
+		return source{}, nil
+	case cs.GetSnapshot() != nil:
+		id := cs.GetSnapshot().GetSnapshotId()
+		if id == "" {
+			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is missing")
+		}
+		s, err := volid.ParseRBDSnapshot(id)
+		if err != nil {
+			return source{}, notFoundf("source snapshot %q does not exist", id)
+		}
+		return source{snap: &s}, nil
+	case cs.GetVolume() != nil:
+		id := cs.GetVolume().GetVolumeId()
+		if id == "" {
+			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is missing")
+		}
+		v, err := volid.ParseRBDVolume(id)
+		if err != nil {
+			return source{}, notFoundf("source volume %q does not exist", id)
+		}
+		return source{vol: &v}, nil
+	}
+	return source{}, status.Error(codes.InvalidArgument, "volume_content_source: neither snapshot nor volume")
+}
+
+// CreateVolume reserves the name in the journal, then creates (or finishes creating) the image.
+// Every step is idempotent, so a retry after a crash at any point converges on one image.
+func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	name := req.GetName()
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is missing")
+	}
+	if err := support.Validate(req.GetVolumeCapabilities()); err != nil {
+		return nil, err
+	}
+	size, err := volcap.Size(req.GetCapacityRange(), c.opts.DefaultSize)
+	if err != nil {
+		return nil, err
+	}
+	params, err := parseVolumeParams(req.GetParameters())
+	if err != nil {
+		return nil, err
+	}
+	cl, err := c.cluster(params.ClusterID, codes.InvalidArgument, "parameters[\"clusterID\"]")
+	if err != nil {
+		return nil, err
+	}
+	if !params.nsSet {
+		params.Namespace = cl.RBD.RadosNamespace
+	}
+	src, err := parseSource(req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
+	}
+	if id := src.clusterID(); id != "" && id != params.ClusterID {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, params.ClusterID)
+	}
+	unlock, err := c.opts.Locks.TryLock("CreateVolume", "rbd-volume-name:"+name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	poolID, err := poolByName(ctx, conn, params.Pool)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return nil, invalidParam(paramPool, "pool %q does not exist", params.Pool)
+	}
+	if err != nil {
+		return nil, err
+	}
+	dst := place{conn: conn, pool: params.Pool, ns: params.Namespace}
+	// check the source before reserving: a request that cannot succeed must leave nothing behind
+	if err := checkSource(ctx, conn, src, uint64(size)); err != nil {
+		return nil, err
+	}
+
+	rec, created, err := journal.Reserve(ctx, dst.journal(), journal.Volume, name, map[string]string{
+		attrSize: strconv.FormatInt(size, 10), attrSource: src.String(),
+		attrFeatures: joinFeatures(params.Features), attrDataPool: params.DataPool,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !created {
+		if size, err = compatible(rec, req, src); err != nil {
+			return nil, err
+		}
+	}
+	faultpoint.Hit("rbd.CreateVolume.reserved")
+	log := klog.FromContext(ctx).WithValues("image", dst.String()+"/"+imageName(rec.UID))
+
+	switch {
+	case rec.Attrs[attrState] == stateReady:
+	case src.snap != nil:
+		err = c.cloneFromSnapshot(ctx, dst, rec.UID, uint64(size), params, *src.snap)
+	case src.vol != nil:
+		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.vol)
+	default:
+		err = ensureBlank(ctx, dst, imageName(rec.UID), uint64(size), params)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if src.String() != "" && rec.Attrs[attrState] != stateReady {
+		rec.Attrs[attrState] = stateReady
+		if err := journal.SetAttrs(ctx, dst.journal(), journal.Volume, rec); err != nil {
+			return nil, err
+		}
+	}
+	faultpoint.Hit("rbd.CreateVolume.image")
+	log.V(2).Info("Volume ready", "name", name, "size", size, "source", src.String(), "resumed", !created)
+
+	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: rec.UID}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:      id.String(),
+		CapacityBytes: size,
+		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
+			Name: imageName(rec.UID), Mounter: params.Mounter}.Map(),
+		ContentSource: req.GetVolumeContentSource(),
+	}}, nil
+}
+
+// checkSource verifies the content source exists and fits in size.
+func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) error {
+	var poolID int64
+	var ns, image, snap, what string
+	switch {
+	case src.snap != nil:
+		poolID, ns, image, snap, what = src.snap.PoolID, src.snap.Namespace, imageName(src.snap.UID), snapName(src.snap.SnapUID), "source snapshot "+src.snap.String()
+	case src.vol != nil:
+		poolID, ns, image, what = src.vol.PoolID, src.vol.Namespace, imageName(src.vol.UID), "source volume "+src.vol.String()
+	default:
+		return nil
+	}
+	pool, err := poolByID(ctx, conn, poolID)
+	if err != nil {
+		return orNotFound(err, what)
+	}
+	srcSize, err := do(ctx, place{conn: conn, pool: pool, ns: ns}, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
+		st, err := inspect(io, image)
+		if err != nil {
+			return 0, err
+		}
+		if snap == "" {
+			if !st.exists || st.deleted {
+				return 0, notFoundf("%s does not exist", what)
+			}
+			return st.size, nil
+		}
+		s, ok := st.hasSnap(snap)
+		if !st.exists || !ok {
+			return 0, notFoundf("%s does not exist", what)
+		}
+		return s.Size, nil
+	})
+	if err != nil {
+		return err
+	}
+	if srcSize > size {
+		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, srcSize)
+	}
+	return nil
+}
+
+func joinFeatures(fs []string) string {
+	out := ""
+	for i, f := range fs {
+		if i > 0 {
+			out += ","
+		}
+		out += f
+	}
+	return out
+}
+
+// compatible checks a repeated request against the reservation it found and returns the size
+// the volume was created with.
+func compatible(rec *journal.Record, req *csi.CreateVolumeRequest, src source) (int64, error) {
+	size, err := strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
+	if err != nil {
+		return 0, status.Errorf(codes.Internal, "journal entry of %q has no valid size", rec.Name)
+	}
+	if rec.Attrs[attrSource] != src.String() {
+		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with content source %q, not %q", rec.Name, rec.Attrs[attrSource], src.String())
+	}
+	if !volcap.Fits(size, req.GetCapacityRange()) {
+		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes, outside capacity_range [%d, %d]",
+			rec.Name, size, req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes())
+	}
+	return size, nil
+}
+
+func ensureBlank(ctx context.Context, p place, name string, size uint64, params volumeParams) error {
+	_, err := do(ctx, p, "create image "+name, func(io *rados.IOContext) (struct{}, error) {
+		st, err := inspect(io, name)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if !st.exists {
+			opts, err := imageOptions(params.Features, params.DataPool)
+			if err != nil {
+				return struct{}{}, err
+			}
+			defer opts.Destroy()
+			if err := createOrRepair(io, name, func() error { return rbd.CreateImage(io, name, size, opts) }); err != nil {
+				return struct{}{}, err
+			}
+			return struct{}{}, nil
+		}
+		return struct{}{}, resize(io, name, size)
+	})
+	return err
+}
+
+// cloneFromSnapshot clones the CSI snapshot's RBD snapshot (clone v2: no protection needed),
+// grows the clone to the requested size and flattens it when the chain gets too long.
+func (c *Controller) cloneFromSnapshot(ctx context.Context, dst place, uid string, size uint64, params volumeParams, s volid.RBDSnapshot) error {
+	pool, err := poolByID(ctx, dst.conn, s.PoolID)
+	if err != nil {
+		return orNotFound(err, "source snapshot "+s.String())
+	}
+	parent := place{conn: dst.conn, pool: pool, ns: s.Namespace}
+	return c.clone(ctx, parent, imageName(s.UID), snapName(s.SnapUID), dst, imageName(uid), size, params, "source snapshot "+s.String())
+}
+
+// cloneFromVolume cuts a transient snapshot of the source volume, clones it and removes the
+// snapshot again (with clone v2 it moves to the trash namespace until the clone is flattened or
+// deleted). The snapshot is named after the new volume, so a retry finds its own.
+func (c *Controller) cloneFromVolume(ctx context.Context, dst place, uid string, size uint64, params volumeParams, v volid.RBDVolume) error {
+	pool, err := poolByID(ctx, dst.conn, v.PoolID)
+	if err != nil {
+		return orNotFound(err, "source volume "+v.String())
+	}
+	parent := place{conn: dst.conn, pool: pool, ns: v.Namespace}
+	srcName, tmp, child := imageName(v.UID), cloneSnap(uid), imageName(uid)
+
+	done, err := do(ctx, dst, "inspect clone "+child, func(io *rados.IOContext) (bool, error) {
+		st, err := inspect(io, child)
+		return st.exists && st.parent != nil, err
+	})
+	if err != nil {
+		return err
+	}
+	if !done {
+		_, err = do(ctx, parent, "snapshot "+srcName, func(io *rados.IOContext) (struct{}, error) {
+			st, err := inspect(io, srcName)
+			if err != nil {
+				return struct{}{}, err
+			}
+			if !st.exists || st.deleted {
+				return struct{}{}, notFoundf("source volume %s does not exist", v.String())
+			}
+			if st.size > size {
+				return struct{}{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", size, v.String(), st.size)
+			}
+			if _, ok := st.hasSnap(tmp); ok {
+				return struct{}{}, nil
+			}
+			img, err := rbd.OpenImage(io, srcName, rbd.NoSnapshot)
+			if err != nil {
+				return struct{}{}, err
+			}
+			defer img.Close()
+			_, err = img.CreateSnapshot(tmp)
+			return struct{}{}, err
+		})
+		if err != nil {
+			return err
+		}
+		faultpoint.Hit("rbd.CreateVolume.clone-snapshot")
+		if err := c.clone(ctx, parent, srcName, tmp, dst, child, size, params, "source volume "+v.String()); err != nil {
+			return err
+		}
+	}
+	faultpoint.Hit("rbd.CreateVolume.cloned")
+	_, err = do(ctx, parent, "remove transient snapshot", func(io *rados.IOContext) (struct{}, error) {
+		return struct{}{}, removeSnapshot(io, srcName, tmp)
+	})
+	return err
+}
+
+// removeSnapshot removes snap from image; a missing image or snapshot is success.
+func removeSnapshot(io *rados.IOContext, image, snap string) error {
+	img, err := rbd.OpenImage(io, image, rbd.NoSnapshot)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer img.Close()
+	err = img.GetSnapshot(snap).Remove()
+	if isNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func (c *Controller) clone(ctx context.Context, parent place, parentImage, snap string, dst place, child string, size uint64, params volumeParams, what string) error {
+	snapSize, err := do(ctx, parent, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
+		st, err := inspect(io, parentImage)
+		if err != nil {
+			return 0, err
+		}
+		s, ok := st.hasSnap(snap)
+		if !st.exists || !ok {
+			return 0, notFoundf("%s does not exist", what)
+		}
+		return s.Size, nil
+	})
+	if err != nil {
+		return err
+	}
+	if snapSize > size {
+		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, snapSize)
+	}
+	_, err = ceph.Call(ctx, dst.conn, "clone "+child, func(r *rados.Conn) (struct{}, error) {
+		pio, err := r.OpenIOContext(parent.pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer pio.Destroy()
+		pio.SetNamespace(parent.ns)
+		io, err := r.OpenIOContext(dst.pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(dst.ns)
+
+		st, err := inspect(io, child)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if st.exists && st.parent == nil {
+			// not marked ready, so not flattened by us: librbd creates a clone's header before
+			// attaching the parent, and a kill in between leaves an image that is no clone yet
+			if err := rbd.RemoveImage(io, child); err != nil && !isNotFound(err) {
+				return struct{}{}, err
+			}
+			st.exists = false
+		}
+		if !st.exists {
+			opts, err := imageOptions(params.Features, params.DataPool)
+			if err != nil {
+				return struct{}{}, err
+			}
+			defer opts.Destroy()
+			err = createOrRepair(io, child, func() error { return rbd.CloneImage(pio, parentImage, snap, io, child, opts) })
+			if err != nil {
+				return struct{}{}, err
+			}
+		}
+		if err := resize(io, child, size); err != nil {
+			return struct{}{}, err
+		}
+		n, err := depth(r, io, child, c.opts.MaxCloneDepth)
+		if err != nil {
+			return struct{}{}, err
+		}
+		if n > c.opts.MaxCloneDepth {
+			img, err := rbd.OpenImage(io, child, rbd.NoSnapshot)
+			if err != nil {
+				return struct{}{}, err
+			}
+			defer img.Close()
+			return struct{}{}, img.Flatten()
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// DeleteVolume removes the image, then the reservation. A volume that still has CSI snapshots is
+// kept, hidden, for them (see the package comment).
+func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	id, err := volid.ParseRBDVolume(raw)
+	if err != nil {
+		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
+	}
+	cl, err := c.cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("DeleteVolume", raw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	pool, err := poolByID(ctx, conn, id.PoolID)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	p := place{conn: conn, pool: pool, ns: id.Namespace}
+	name := imageName(id.UID)
+	_, err = ceph.Call(ctx, conn, "delete image "+name, func(r *rados.Conn) (struct{}, error) {
+		io, err := r.OpenIOContext(p.pool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(p.ns)
+		return struct{}{}, deleteImage(r, io, name, true)
+	})
+	if err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("rbd.DeleteVolume.image")
+	if err := journal.Release(ctx, p.journal(), journal.Volume, id.UID); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume deleted", "image", p.String()+"/"+name)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleteImage removes a volume's image, or keeps it hidden while CSI snapshots of it exist
+// (hide=true, DeleteVolume), or leaves it alone then (hide=false, after DeleteSnapshot of a
+// hidden image). Images held only by clones of trashed snapshots go to the RBD trash.
+func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) error {
+	st, err := inspect(io, name)
+	if err != nil || !st.exists {
+		return err
+	}
+	if st.watches > 0 {
+		return status.Errorf(codes.FailedPrecondition, "image %s is in use: %d client(s) have it open or mapped", name, st.watches)
+	}
+	img, err := rbd.OpenImage(io, name, rbd.NoSnapshot)
+	if err != nil {
+		return err
+	}
+	// transient snapshots of interrupted PVC-PVC clones
+	for _, s := range st.snaps {
+		if len(s.Name) > len(clonePrefix) && s.Name[:len(clonePrefix)] == clonePrefix {
+			if err := img.GetSnapshot(s.Name).Remove(); err != nil && !isNotFound(err) {
+				img.Close()
+				return err
+			}
+		}
+	}
+	if len(st.csiSnapshots()) > 0 {
+		if hide && !st.deleted {
+			err = img.SetMetadata(metaDeleted, metaDeletedTrue)
+		}
+		img.Close()
+		return err
+	}
+	if err := img.Close(); err != nil {
+		return err
+	}
+	err = rbd.RemoveImage(io, name)
+	switch {
+	case err == nil || isNotFound(err):
+		purgeTrashedParent(r, st.parent)
+		return nil
+	case errors.Is(ceph.Wrap("", err), ceph.ErrNotEmpty):
+		// snapshots in the trash namespace still back clones: the RBD trash keeps the image
+		// for them, and purgeTrashedParent removes it with the last clone
+		return rbd.GetImage(io, name).Trash(0)
+	}
+	return err
+}
