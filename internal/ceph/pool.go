@@ -54,9 +54,9 @@ type Pool struct {
 type entry struct {
 	key     string
 	monHost string
-	ready chan struct{} // closed when the connection attempt finished
-	conn  *rados.Conn   // set before ready is closed, when err is nil
-	err   error
+	ready   chan struct{} // closed when the connection attempt finished
+	conn    *rados.Conn   // set before ready is closed, when err is nil
+	err     error
 
 	// guarded by Pool.mu
 	refs      int

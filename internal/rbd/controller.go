@@ -131,4 +131,3 @@ func orNotFound(err error, what string) error {
 	}
 	return err
 }
-

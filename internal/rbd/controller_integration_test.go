@@ -241,7 +241,10 @@ func TestControllerErrors(t *testing.T) {
 	}{
 		{"same name other size", func() error { _, err := e.client.CreateVolume(ctx, e.createReq("exists", 16*mib, nil)); return err }, codes.AlreadyExists, "outside capacity_range"},
 		{"unknown parameter", func() error { _, err := e.client.CreateVolume(ctx, badParams("imagefeatures", "x")); return err }, codes.InvalidArgument, `unknown key "imagefeatures"`},
-		{"bad feature", func() error { _, err := e.client.CreateVolume(ctx, badParams("imageFeatures", "layering,fast-diff")); return err }, codes.InvalidArgument, `"fast-diff" needs "object-map"`},
+		{"bad feature", func() error {
+			_, err := e.client.CreateVolume(ctx, badParams("imageFeatures", "layering,fast-diff"))
+			return err
+		}, codes.InvalidArgument, `"fast-diff" needs "object-map"`},
 		{"bad mounter", func() error { _, err := e.client.CreateVolume(ctx, badParams("mounter", "nfs")); return err }, codes.InvalidArgument, `parameters["mounter"]`},
 		{"no pool", func() error { _, err := e.client.CreateVolume(ctx, noParam("pool")); return err }, codes.InvalidArgument, `parameters["pool"]: is missing`},
 		{"missing pool", func() error { _, err := e.client.CreateVolume(ctx, badParams("pool", "nope")); return err }, codes.InvalidArgument, `pool "nope" does not exist`},
