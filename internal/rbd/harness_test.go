@@ -17,6 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -34,6 +35,13 @@ type env struct {
 }
 
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvIn(t, "")
+}
+
+// newEnvIn works in namespace ns, or in a new namespace of its own (removed afterwards) when ns
+// is empty.
+func newEnvIn(t *testing.T, ns string) *env {
 	t.Helper()
 	cl := cephtest.Env(t)
 	dir := t.TempDir()
@@ -66,18 +74,25 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	// each test works in a RADOS namespace of its own, so leak checks see only its objects
-	ns := fmt.Sprintf("t%d", time.Now().UnixNano()%1e12)
 	io, err := conn.Rados().OpenIOContext(cl.RBDPool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rbd.NamespaceCreate(io, ns); err != nil {
-		t.Fatal(err)
+	owned := ns == ""
+	if owned {
+		// each test works in a RADOS namespace of its own, so leak checks see only its objects
+		ns = fmt.Sprintf("t%d", time.Now().UnixNano()%1e12)
+		if err := rbd.NamespaceCreate(io, ns); err != nil {
+			t.Fatal(err)
+		}
 	}
 	io.SetNamespace(ns)
 	e := &env{cl: cl, client: csi.NewControllerClient(cc), ctrl: ctrl, conn: conn, io: io, ns: ns}
-	t.Cleanup(func() { e.purge(t) })
+	if owned {
+		t.Cleanup(func() { e.purge(t) })
+	} else {
+		t.Cleanup(io.Destroy)
+	}
 	return e
 }
 
@@ -195,4 +210,41 @@ func (e *env) read(t *testing.T, image string, off int64, n int) []byte {
 
 func (e *env) loc() journal.Location {
 	return journal.Location{Conn: e.conn, Pool: e.cl.RBDPool, Namespace: e.ns}
+}
+
+func mustVol(t *testing.T, id string) volid.RBDVolume {
+	v, err := volid.ParseRBDVolume(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// assertOnly checks that exactly the images named remain, with their user snapshots only the
+// CSI ones, and that the journal holds exactly keys entries.
+func (e *env) assertOnly(t *testing.T, images []string, keys int) {
+	t.Helper()
+	got := e.images(t)
+	if strings.Join(got, ",") != strings.Join(images, ",") {
+		t.Errorf("images = %v, want %v", got, images)
+	}
+	for _, name := range got {
+		img, err := rbd.OpenImageReadOnly(e.io, name, rbd.NoSnapshot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, _ := img.GetSnapshotNames()
+		img.Close()
+		for _, s := range snaps {
+			if strings.HasPrefix(s.Name, clonePrefix) {
+				t.Errorf("transient snapshot %s@%s left", name, s.Name)
+			}
+		}
+	}
+	if tr, _ := rbd.GetTrashList(e.io); len(tr) != 0 {
+		t.Errorf("trash entries left: %+v", tr)
+	}
+	if n := e.journalKeys(t); n != keys {
+		t.Errorf("%d journal keys, want %d", n, keys)
+	}
 }
