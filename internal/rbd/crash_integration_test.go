@@ -17,9 +17,9 @@ import (
 type crashOp struct {
 	Kind   string // create, snapshot, delete-volume, delete-snapshot
 	Name   string
-	SrcSn  string                   // source snapshot ID, for create
-	SrcVol string                   // source volume ID, for create and snapshot
-	ID     string                   // volume or snapshot ID, for deletes
+	SrcSn  string // source snapshot ID, for create
+	SrcVol string // source volume ID, for create and snapshot
+	ID     string // volume or snapshot ID, for deletes
 	NS     string
 }
 
