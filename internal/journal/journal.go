@@ -298,6 +298,40 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 	return err
 }
 
+// ReleaseRecord is Release for a reservation already read (by Get or Lookup): both keys are
+// checked in one read, then removed in one write.
+func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error {
+	oid := objectName(rec.UID)
+	nk, uk := nameKey(k, rec.Name), uidKey(k, rec.UID)
+	_, err := with(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
+		for range maxAttempts {
+			vals, ver, err := readKeys(io, oid, nk, uk)
+			if err != nil {
+				return struct{}{}, err
+			}
+			var rm []string
+			if string(vals[uk]) == rec.Name {
+				rm = append(rm, uk)
+			}
+			if b, ok := vals[nk]; ok {
+				if r, err := decode(rec.Name, b); err != nil || r.UID == rec.UID {
+					rm = append(rm, nk)
+				}
+			}
+			if len(rm) == 0 {
+				return struct{}{}, nil
+			}
+			err = write(io, oid, ver, nil, rm)
+			if lost(err) {
+				continue
+			}
+			return struct{}{}, err
+		}
+		return struct{}{}, ErrConflict
+	})
+	return err
+}
+
 // List returns every reservation of kind k at loc, sorted by UID.
 func List(ctx context.Context, loc Location, k Kind) ([]Record, error) {
 	return with(ctx, loc, "journal list", func(io *rados.IOContext) ([]Record, error) {

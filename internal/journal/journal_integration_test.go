@@ -96,8 +96,23 @@ func TestReserveLookupRelease(t *testing.T) {
 	if err := journal.Release(ctx, loc, journal.Volume, r1.UID); err != nil {
 		t.Fatal(err)
 	}
+	if err := journal.ReleaseRecord(ctx, loc, journal.Volume, r1); err != nil {
+		t.Fatal(err)
+	}
 	if r, _ := journal.Lookup(ctx, loc, journal.Volume, "pvc-1"); r == nil || r.UID != r3.UID {
 		t.Fatalf("old UID released the new reservation: %+v", r)
+	}
+	// ReleaseRecord removes both keys of its own reservation, and is idempotent
+	for range 2 {
+		if err := journal.ReleaseRecord(ctx, loc, journal.Volume, r3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _ := journal.Get(ctx, loc, journal.Volume, r3.UID); r != nil {
+		t.Fatalf("get after ReleaseRecord = %+v", r)
+	}
+	if list, _ := journal.List(ctx, loc, journal.Volume); len(list) != 0 {
+		t.Fatalf("reservations left: %+v", list)
 	}
 }
 

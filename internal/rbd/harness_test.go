@@ -34,14 +34,14 @@ type env struct {
 	ns     string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	return newEnvIn(t, "")
 }
 
 // newEnvIn works in namespace ns, or in a new namespace of its own (removed afterwards) when ns
 // is empty.
-func newEnvIn(t *testing.T, ns string) *env {
+func newEnvIn(t testing.TB, ns string) *env {
 	t.Helper()
 	cl := cephtest.Env(t)
 	dir := t.TempDir()
@@ -97,7 +97,7 @@ func newEnvIn(t *testing.T, ns string) *env {
 }
 
 // purge removes everything left in the test's namespace, then the namespace.
-func (e *env) purge(t *testing.T) {
+func (e *env) purge(t testing.TB) {
 	names, _ := rbd.GetImageNames(e.io)
 	for _, n := range names {
 		if img, err := rbd.OpenImage(e.io, n, rbd.NoSnapshot); err == nil {

@@ -164,7 +164,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	case src.vol != nil:
 		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.vol)
 	default:
-		err = ensureBlank(ctx, dst, imageName(rec.UID), uint64(size), params)
+		err = ensureBlank(ctx, dst, imageName(rec.UID), uint64(size), params, created)
 	}
 	if err != nil {
 		return nil, err
@@ -258,24 +258,28 @@ func compatible(rec *journal.Record, req *csi.CreateVolumeRequest, src source) (
 	return size, nil
 }
 
-func ensureBlank(ctx context.Context, p place, name string, size uint64, params volumeParams) error {
+// ensureBlank creates the image. fresh says the reservation was made by this call, so the image
+// cannot exist yet and probing for it (several RADOS reads in librbd) is skipped.
+func ensureBlank(ctx context.Context, p place, name string, size uint64, params volumeParams, fresh bool) error {
 	_, err := do(ctx, p, "create image "+name, func(io *rados.IOContext) (struct{}, error) {
-		st, err := inspect(io, name)
-		if err != nil {
-			return struct{}{}, err
-		}
-		if !st.exists {
-			opts, err := imageOptions(params.Features, params.DataPool)
+		if !fresh {
+			st, err := inspect(io, name)
 			if err != nil {
 				return struct{}{}, err
 			}
-			defer opts.Destroy()
-			if err := createOrRepair(io, name, func() error { return rbd.CreateImage(io, name, size, opts) }); err != nil {
-				return struct{}{}, err
+			if st.exists {
+				if st.size < size {
+					return struct{}{}, resize(io, name, size)
+				}
+				return struct{}{}, nil
 			}
-			return struct{}{}, nil
 		}
-		return struct{}{}, resize(io, name, size)
+		opts, err := imageOptions(params.Features, params.DataPool)
+		if err != nil {
+			return struct{}{}, err
+		}
+		defer opts.Destroy()
+		return struct{}{}, createOrRepair(io, name, func() error { return rbd.CreateImage(io, name, size, opts) })
 	})
 	return err
 }
@@ -473,6 +477,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	}
 	p := place{conn: conn, pool: pool, ns: id.Namespace}
 	name := imageName(id.UID)
+	rec, err := journal.Get(ctx, p.journal(), journal.Volume, id.UID)
+	if err != nil {
+		return nil, err
+	}
+	// A clone needs its parent looked up before it goes (to purge a trashed parent after);
+	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
+	// snapshots) selects the careful path. That saves opening the image in the common case.
+	careful := rec != nil && rec.Attrs[attrSource] != ""
 	_, err = ceph.Call(ctx, conn, "delete image "+name, func(r *rados.Conn) (struct{}, error) {
 		io, err := r.OpenIOContext(p.pool)
 		if err != nil {
@@ -480,13 +492,28 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		}
 		defer io.Destroy()
 		io.SetNamespace(p.ns)
+		if !careful {
+			err := rbd.RemoveImage(io, name)
+			kind := ceph.Wrap("", err)
+			if err == nil || isNotFound(err) {
+				return struct{}{}, nil
+			}
+			if !errors.Is(kind, ceph.ErrBusy) && !errors.Is(kind, ceph.ErrNotEmpty) {
+				return struct{}{}, err
+			}
+		}
 		return struct{}{}, deleteImage(r, io, name, true)
 	})
 	if err != nil {
 		return nil, err
 	}
 	faultpoint.Hit("rbd.DeleteVolume.image")
-	if err := journal.Release(ctx, p.journal(), journal.Volume, id.UID); err != nil {
+	if rec != nil {
+		err = journal.ReleaseRecord(ctx, p.journal(), journal.Volume, rec)
+	} else {
+		err = journal.Release(ctx, p.journal(), journal.Volume, id.UID)
+	}
+	if err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Volume deleted", "image", p.String()+"/"+name)
