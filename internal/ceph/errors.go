@@ -51,6 +51,9 @@ func (e *Error) Error() string {
 // Is makes errors.Is(err, ErrNotFound) and friends work.
 func (e *Error) Is(target error) bool { return e.Kind != nil && target == e.Kind }
 
+// ErrorCode is the errno, for go-ceph's admin packages that inspect it by type assertion.
+func (e *Error) ErrorCode() int { return e.Errno }
+
 // Unwrap exposes the underlying library error.
 func (e *Error) Unwrap() error { return e.cause }
 

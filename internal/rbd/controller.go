@@ -7,13 +7,11 @@ import (
 	"github.com/ceph/go-ceph/rados"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volcap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Options configure the controller.
@@ -31,6 +29,7 @@ type Options struct {
 // Controller is the CSI Controller service for RBD.
 type Controller struct {
 	csi.UnimplementedControllerServer
+	controller.Base
 	opts Options
 }
 
@@ -42,7 +41,7 @@ func NewController(o Options) *Controller {
 	if o.DefaultSize <= 0 {
 		o.DefaultSize = 1 << 30
 	}
-	return &Controller{opts: o}
+	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o}
 }
 
 var supportedFsTypes = map[string]bool{"ext4": true, "xfs": true}
@@ -74,8 +73,7 @@ var support = volcap.Support{
 // ControllerGetVolume carry no secrets, so they are not offered; GetCapacity answers from a
 // connection an earlier RPC opened.
 func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	var caps []*csi.ControllerServiceCapability
-	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
+	return controller.Capabilities(
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
 		csi.ControllerServiceCapability_RPC_CREATE_DELETE_SNAPSHOT,
 		csi.ControllerServiceCapability_RPC_LIST_SNAPSHOTS,
@@ -83,30 +81,7 @@ func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
-	} {
-		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
-			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
-	}
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
-}
-
-// cluster resolves a clusterID; notFound selects the code for an unknown one (NOT_FOUND when
-// it came from an ID, INVALID_ARGUMENT when it came from parameters).
-func (c *Controller) cluster(id string, code codes.Code, field string) (v1.Cluster, error) {
-	cl, err := c.opts.Clusters.Cluster(id)
-	if err != nil {
-		return cl, status.Errorf(code, "%s: %v", field, err)
-	}
-	return cl, nil
-}
-
-// connect opens (or reuses) a connection with the RPC's secrets.
-func (c *Controller) connect(ctx context.Context, cl v1.Cluster, secrets map[string]string) (*ceph.Conn, error) {
-	cred, err := ceph.CredentialsFromSecrets(secrets)
-	if err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
-	}
-	return c.opts.Pool.Get(ctx, cl.MonHost(), cred)
+	), nil
 }
 
 // poolByID resolves the pool ID of an ID; a pool that no longer exists means the volume does
@@ -120,14 +95,10 @@ func poolByName(ctx context.Context, conn *ceph.Conn, name string) (int64, error
 	return ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (int64, error) { return r.GetPoolByName(name) })
 }
 
-func notFoundf(format string, a ...any) error {
-	return status.Errorf(codes.NotFound, format, a...)
-}
-
 // orNotFound turns a Ceph "not found" into NOT_FOUND with what, other errors pass on.
 func orNotFound(err error, what string) error {
 	if errors.Is(err, ceph.ErrNotFound) {
-		return notFoundf("%s does not exist", what)
+		return controller.NotFoundf("%s does not exist", what)
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/volcap"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -18,13 +19,13 @@ import (
 func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[string]string) (place, volid.RBDVolume, imageState, error) {
 	id, err := volid.ParseRBDVolume(raw)
 	if err != nil {
-		return place{}, id, imageState{}, notFoundf("volume %q does not exist", raw)
+		return place{}, id, imageState{}, controller.NotFoundf("volume %q does not exist", raw)
 	}
-	cl, err := c.cluster(id.ClusterID, codes.NotFound, "volume_id")
+	cl, err := c.Cluster(id.ClusterID, codes.NotFound, "volume_id")
 	if err != nil {
 		return place{}, id, imageState{}, err
 	}
-	conn, err := c.connect(ctx, cl, secrets)
+	conn, err := c.Connect(ctx, cl, secrets)
 	if err != nil {
 		return place{}, id, imageState{}, err
 	}
@@ -38,7 +39,7 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 		return inspect(io, imageName(id.UID))
 	})
 	if err == nil && (!st.exists || st.deleted) {
-		err = notFoundf("volume %q does not exist", raw)
+		err = controller.NotFoundf("volume %q does not exist", raw)
 	}
 	if err != nil {
 		conn.Release()
@@ -141,7 +142,7 @@ func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 		// without a pool there is no capacity to report; 0 tells the CO nothing fits here
 		return &csi.GetCapacityResponse{}, nil
 	}
-	cl, err := c.cluster(clusterID, codes.InvalidArgument, `parameters["clusterID"]`)
+	cl, err := c.Cluster(clusterID, codes.InvalidArgument, `parameters["clusterID"]`)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 		return nil, status.Errorf(codes.Unavailable, "no connection to cluster %q yet: GetCapacity carries no secrets, so it waits for an RPC that does", clusterID)
 	}
 	defer conn.Release()
-	avail, err := poolMaxAvail(ctx, conn, pool)
+	avail, err := ceph.PoolMaxAvail(ctx, conn, pool)
 	if err != nil {
 		return nil, err
 	}

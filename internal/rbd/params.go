@@ -2,14 +2,13 @@ package rbd
 
 import (
 	"fmt"
+	"github.com/monoceph/monoceph/internal/controller"
 	"sort"
 	"strings"
 
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"github.com/monoceph/monoceph/internal/volid"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // StorageClass parameter keys.
@@ -21,8 +20,6 @@ const (
 	paramImageFeatures  = "imageFeatures"
 	paramMounter        = "mounter"
 	paramFsType         = "csi.storage.k8s.io/fstype"
-	// Keys with this prefix belong to the CO and sidecars (secret references, PVC metadata).
-	reservedPrefix = "csi.storage.k8s.io/"
 )
 
 // DefaultImageFeatures make changed-block queries cheap (object-map, fast-diff) and allow
@@ -51,10 +48,6 @@ type volumeParams struct {
 	Mounter   string
 }
 
-func invalidParam(key, format string, a ...any) error {
-	return status.Errorf(codes.InvalidArgument, "parameters[%q]: %s", key, fmt.Sprintf(format, a...))
-}
-
 func parseVolumeParams(p map[string]string) (volumeParams, error) {
 	v := volumeParams{Mounter: volumecontext.DefaultMounter, Features: DefaultImageFeatures}
 	for k, val := range p {
@@ -70,32 +63,31 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 		case paramImageFeatures:
 			fs, err := parseFeatures(val)
 			if err != nil {
-				return v, invalidParam(k, "%v", err)
+				return v, controller.InvalidParam(k, "%v", err)
 			}
 			v.Features = fs
 		case paramMounter:
 			if !volumecontext.ValidMounter(val) {
-				return v, invalidParam(k, "%q: want %s, %s or %s", val, volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
+				return v, controller.InvalidParam(k, "%q: want %s, %s or %s", val, volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
 			}
 			v.Mounter = val
 		case paramFsType:
 			if val != "" && !supportedFsTypes[val] {
-				return v, invalidParam(k, "%q: want ext4 or xfs", val)
-			}
-		default:
-			if !strings.HasPrefix(k, reservedPrefix) {
-				return v, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (known: clusterID, pool, dataPool, radosNamespace, imageFeatures, mounter)", k)
+				return v, controller.InvalidParam(k, "%q: want ext4 or xfs", val)
 			}
 		}
 	}
+	if err := controller.UnknownParams(p, paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter); err != nil {
+		return v, err
+	}
 	if v.ClusterID == "" {
-		return v, invalidParam(paramClusterID, "is missing")
+		return v, controller.InvalidParam(paramClusterID, "is missing")
 	}
 	if v.Pool == "" {
-		return v, invalidParam(paramPool, "is missing")
+		return v, controller.InvalidParam(paramPool, "is missing")
 	}
 	if v.nsSet && !volid.ValidNamespace(v.Namespace) {
-		return v, invalidParam(paramRadosNamespace, "%q: want at most %d characters of [A-Za-z0-9._-]", v.Namespace, volid.MaxNamespaceLen)
+		return v, controller.InvalidParam(paramRadosNamespace, "%q: want at most %d characters of [A-Za-z0-9._-]", v.Namespace, volid.MaxNamespaceLen)
 	}
 	return v, nil
 }

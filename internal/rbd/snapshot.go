@@ -3,9 +3,7 @@ package rbd
 import (
 	"context"
 	"errors"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -13,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/volid"
@@ -40,16 +39,14 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if srcID == "" {
 		return nil, status.Error(codes.InvalidArgument, "source_volume_id is missing")
 	}
-	for k := range req.GetParameters() {
-		if !strings.HasPrefix(k, reservedPrefix) {
-			return nil, status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (RBD snapshots take no parameters)", k)
-		}
+	if err := controller.UnknownParams(req.GetParameters()); err != nil {
+		return nil, err
 	}
 	src, err := volid.ParseRBDVolume(srcID)
 	if err != nil {
-		return nil, notFoundf("source volume %q does not exist", srcID)
+		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
-	cl, err := c.cluster(src.ClusterID, codes.NotFound, "source_volume_id")
+	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +55,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +91,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 			return cut{}, err
 		}
 		if !st.exists || st.deleted {
-			return cut{}, notFoundf("source volume %q does not exist", srcID)
+			return cut{}, controller.NotFoundf("source volume %q does not exist", srcID)
 		}
 		img, err := rbd.OpenImage(io, image, rbd.NoSnapshot)
 		if err != nil {
@@ -163,7 +160,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	cl, err := c.cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +169,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -224,15 +221,6 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 // ListSnapshots reads the snapshot journals: of the snapshot's or source volume's pool when
 // filtered, else of every pool and RBD namespace of every cluster the secrets open.
 func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
-	if req.GetMaxEntries() < 0 {
-		return nil, status.Error(codes.InvalidArgument, "max_entries is negative")
-	}
-	after := req.GetStartingToken()
-	if after != "" {
-		if _, err := volid.ParseRBDSnapshot(after); err != nil {
-			return nil, status.Errorf(codes.Aborted, "starting_token %q is not a token this driver issued", after)
-		}
-	}
 	var all []*csi.Snapshot
 	var err error
 	switch {
@@ -258,26 +246,18 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 	if err != nil {
 		return nil, err
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].GetSnapshotId() < all[j].GetSnapshotId() })
-	start := sort.Search(len(all), func(i int) bool { return all[i].GetSnapshotId() > after })
-	all = all[start:]
-	resp := &csi.ListSnapshotsResponse{}
-	if n := int(req.GetMaxEntries()); n > 0 && len(all) > n {
-		all = all[:n]
-		resp.NextToken = all[n-1].GetSnapshotId()
-	}
-	for _, s := range all {
-		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: s})
-	}
-	return resp, nil
+	return controller.Page(all, req.GetStartingToken(), req.GetMaxEntries(), func(tok string) bool {
+		_, err := volid.ParseRBDSnapshot(tok)
+		return err == nil
+	})
 }
 
 func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64, ns string, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
-	cl, err := c.opts.Clusters.Cluster(clusterID)
+	cl, err := c.Clusters.Cluster(clusterID)
 	if err != nil {
 		return nil, nil // not one of ours: nothing to list
 	}
-	conn, err := c.connect(ctx, cl, secrets)
+	conn, err := c.Connect(ctx, cl, secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +293,7 @@ func snapshotsIn(ctx context.Context, p place, clusterID string, poolID int64, k
 
 func (c *Controller) listEverywhere(ctx context.Context, secrets map[string]string) ([]*csi.Snapshot, error) {
 	var out []*csi.Snapshot
-	for _, cl := range c.opts.Clusters.Map() {
+	for _, cl := range c.Clusters.Map() {
 		found, err := c.listCluster(ctx, cl, secrets)
 		if err != nil {
 			return nil, err
@@ -324,7 +304,7 @@ func (c *Controller) listEverywhere(ctx context.Context, secrets map[string]stri
 }
 
 func (c *Controller) listCluster(ctx context.Context, cl v1.Cluster, secrets map[string]string) ([]*csi.Snapshot, error) {
-	conn, err := c.connect(ctx, cl, secrets)
+	conn, err := c.Connect(ctx, cl, secrets)
 	if err != nil {
 		return nil, err
 	}

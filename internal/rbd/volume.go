@@ -9,6 +9,7 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
@@ -69,7 +70,7 @@ func parseSource(cs *csi.VolumeContentSource) (source, error) {
 		}
 		s, err := volid.ParseRBDSnapshot(id)
 		if err != nil {
-			return source{}, notFoundf("source snapshot %q does not exist", id)
+			return source{}, controller.NotFoundf("source snapshot %q does not exist", id)
 		}
 		return source{snap: &s}, nil
 	case cs.GetVolume() != nil:
@@ -79,7 +80,7 @@ func parseSource(cs *csi.VolumeContentSource) (source, error) {
 		}
 		v, err := volid.ParseRBDVolume(id)
 		if err != nil {
-			return source{}, notFoundf("source volume %q does not exist", id)
+			return source{}, controller.NotFoundf("source volume %q does not exist", id)
 		}
 		return source{vol: &v}, nil
 	}
@@ -104,7 +105,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	cl, err := c.cluster(params.ClusterID, codes.InvalidArgument, "parameters[\"clusterID\"]")
+	cl, err := c.Cluster(params.ClusterID, codes.InvalidArgument, "parameters[\"clusterID\"]")
 	if err != nil {
 		return nil, err
 	}
@@ -124,14 +125,14 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer unlock()
 
-	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
 	poolID, err := poolByName(ctx, conn, params.Pool)
 	if errors.Is(err, ceph.ErrNotFound) {
-		return nil, invalidParam(paramPool, "pool %q does not exist", params.Pool)
+		return nil, controller.InvalidParam(paramPool, "pool %q does not exist", params.Pool)
 	}
 	if err != nil {
 		return nil, err
@@ -211,13 +212,13 @@ func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) 
 		}
 		if snap == "" {
 			if !st.exists || st.deleted {
-				return 0, notFoundf("%s does not exist", what)
+				return 0, controller.NotFoundf("%s does not exist", what)
 			}
 			return st.size, nil
 		}
 		s, ok := st.hasSnap(snap)
 		if !st.exists || !ok {
-			return 0, notFoundf("%s does not exist", what)
+			return 0, controller.NotFoundf("%s does not exist", what)
 		}
 		return s.Size, nil
 	})
@@ -320,7 +321,7 @@ func (c *Controller) cloneFromVolume(ctx context.Context, dst place, uid string,
 				return struct{}{}, err
 			}
 			if !st.exists || st.deleted {
-				return struct{}{}, notFoundf("source volume %s does not exist", v.String())
+				return struct{}{}, controller.NotFoundf("source volume %s does not exist", v.String())
 			}
 			if st.size > size {
 				return struct{}{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", size, v.String(), st.size)
@@ -376,7 +377,7 @@ func (c *Controller) clone(ctx context.Context, parent place, parentImage, snap 
 		}
 		s, ok := st.hasSnap(snap)
 		if !st.exists || !ok {
-			return 0, notFoundf("%s does not exist", what)
+			return 0, controller.NotFoundf("%s does not exist", what)
 		}
 		return s.Size, nil
 	})
@@ -454,7 +455,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
 	}
-	cl, err := c.cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
+	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -463,7 +464,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.connect(ctx, cl, req.GetSecrets())
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

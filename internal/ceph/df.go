@@ -1,17 +1,15 @@
-package rbd
+package ceph
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-
-	"github.com/monoceph/monoceph/internal/ceph"
 )
 
-// poolMaxAvail reads `ceph df`'s max_avail of a pool: what can still be written to it, after
+// PoolMaxAvail reads `ceph df`'s max_avail of a pool: what can still be written to it, after
 // replication and the full ratio.
-func poolMaxAvail(ctx context.Context, conn *ceph.Conn, pool string) (int64, error) {
-	out, err := ceph.MonCommand(ctx, conn, map[string]any{"prefix": "df"})
+func PoolMaxAvail(ctx context.Context, conn *Conn, pool string) (int64, error) {
+	out, err := MonCommand(ctx, conn, map[string]any{"prefix": "df"})
 	if err != nil {
 		return 0, err
 	}
@@ -31,5 +29,5 @@ func poolMaxAvail(ctx context.Context, conn *ceph.Conn, pool string) (int64, err
 			return p.Stats.MaxAvail, nil
 		}
 	}
-	return 0, ceph.NewError("ceph df", ceph.ErrNotFound, fmt.Sprintf("pool %q does not exist", pool))
+	return 0, NewError("ceph df", ErrNotFound, fmt.Sprintf("pool %q does not exist", pool))
 }

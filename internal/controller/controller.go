@@ -1,0 +1,103 @@
+// Package controller holds what the RBD and CephFS controller services share: connecting with
+// an RPC's secrets, parameter checks, error helpers, snapshot list paging and capability lists.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/clustermap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ReservedPrefix marks parameters that belong to the CO and the sidecars (secret references,
+// PVC metadata, fstype); drivers ignore them.
+const ReservedPrefix = "csi.storage.k8s.io/"
+
+// Base is embedded by both controllers.
+type Base struct {
+	Clusters *clustermap.Store
+	Pool     *ceph.Pool
+}
+
+// Cluster resolves a clusterID; code is NOT_FOUND when the ID came from a volume or snapshot
+// ID, INVALID_ARGUMENT when it came from parameters; field names where it came from.
+func (b Base) Cluster(id string, code codes.Code, field string) (v1.Cluster, error) {
+	cl, err := b.Clusters.Cluster(id)
+	if err != nil {
+		return cl, status.Errorf(code, "%s: %v", field, err)
+	}
+	return cl, nil
+}
+
+// Connect opens (or reuses) a connection to cl with the RPC's secrets.
+func (b Base) Connect(ctx context.Context, cl v1.Cluster, secrets map[string]string) (*ceph.Conn, error) {
+	cred, err := ceph.CredentialsFromSecrets(secrets)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
+	}
+	return b.Pool.Get(ctx, cl.MonHost(), cred)
+}
+
+// InvalidParam is INVALID_ARGUMENT naming a parameter.
+func InvalidParam(key, format string, a ...any) error {
+	return status.Errorf(codes.InvalidArgument, "parameters[%q]: %s", key, fmt.Sprintf(format, a...))
+}
+
+// UnknownParams rejects keys that are neither known nor reserved, so a misspelt parameter
+// fails loudly instead of silently falling back to a default.
+func UnknownParams(p map[string]string, known ...string) error {
+	ok := map[string]bool{}
+	for _, k := range known {
+		ok[k] = true
+	}
+	for k := range p {
+		if !ok[k] && !strings.HasPrefix(k, ReservedPrefix) {
+			return status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (known: %s)", k, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+// NotFoundf is NOT_FOUND.
+func NotFoundf(format string, a ...any) error { return status.Errorf(codes.NotFound, format, a...) }
+
+// Page sorts snapshots by ID and returns the page after the token. A token is the last ID of
+// the previous page, which stays valid when snapshots come and go between pages; validToken
+// rejects strings this driver never issued (ABORTED, as the spec asks).
+func Page(all []*csi.Snapshot, token string, max int32, validToken func(string) bool) (*csi.ListSnapshotsResponse, error) {
+	if max < 0 {
+		return nil, status.Error(codes.InvalidArgument, "max_entries is negative")
+	}
+	if token != "" && !validToken(token) {
+		return nil, status.Errorf(codes.Aborted, "starting_token %q is not a token this driver issued", token)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].GetSnapshotId() < all[j].GetSnapshotId() })
+	start := sort.Search(len(all), func(i int) bool { return all[i].GetSnapshotId() > token })
+	all = all[start:]
+	resp := &csi.ListSnapshotsResponse{}
+	if n := int(max); n > 0 && len(all) > n {
+		all = all[:n]
+		resp.NextToken = all[n-1].GetSnapshotId()
+	}
+	for _, s := range all {
+		resp.Entries = append(resp.Entries, &csi.ListSnapshotsResponse_Entry{Snapshot: s})
+	}
+	return resp, nil
+}
+
+// Capabilities builds a ControllerGetCapabilities response.
+func Capabilities(types ...csi.ControllerServiceCapability_RPC_Type) *csi.ControllerGetCapabilitiesResponse {
+	resp := &csi.ControllerGetCapabilitiesResponse{}
+	for _, t := range types {
+		resp.Capabilities = append(resp.Capabilities, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{
+			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
+	}
+	return resp
+}

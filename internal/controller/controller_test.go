@@ -1,0 +1,58 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestPage(t *testing.T) {
+	var all []*csi.Snapshot
+	for _, id := range []string{"s3", "s1", "s5", "s2", "s4"} {
+		all = append(all, &csi.Snapshot{SnapshotId: id})
+	}
+	valid := func(s string) bool { return strings.HasPrefix(s, "s") }
+	var got []string
+	token := ""
+	for pages := 0; ; pages++ {
+		resp, err := Page(append([]*csi.Snapshot(nil), all...), token, 2, valid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range resp.GetEntries() {
+			got = append(got, e.GetSnapshot().GetSnapshotId())
+		}
+		if resp.GetNextToken() == "" {
+			break
+		}
+		if pages > 5 {
+			t.Fatal("paging does not end")
+		}
+		token = resp.GetNextToken()
+	}
+	if strings.Join(got, ",") != "s1,s2,s3,s4,s5" {
+		t.Fatalf("pages gave %v", got)
+	}
+	if _, err := Page(all, "x", 0, valid); status.Code(err) != codes.Aborted {
+		t.Fatalf("bad token: %v", err)
+	}
+	if _, err := Page(all, "", -1, valid); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("negative max: %v", err)
+	}
+	if resp, _ := Page(all, "s5", 0, valid); len(resp.GetEntries()) != 0 {
+		t.Fatalf("after the last: %v", resp)
+	}
+}
+
+func TestUnknownParams(t *testing.T) {
+	if err := UnknownParams(map[string]string{"pool": "x", "csi.storage.k8s.io/fstype": "ext4"}, "pool"); err != nil {
+		t.Fatal(err)
+	}
+	err := UnknownParams(map[string]string{"Pool": "x"}, "pool")
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"Pool"`) {
+		t.Fatalf("err = %v", err)
+	}
+}
