@@ -25,6 +25,7 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/volid"
 )
 
@@ -37,16 +38,8 @@ const (
 	Snapshot Kind = "snap"
 )
 
-// maxAttempts bounds retries after losing a version race; past it the caller answers ABORTED
-// and the CO retries later.
-const maxAttempts = 16
-
 // Location is where a journal lives.
-type Location struct {
-	Conn      *ceph.Conn
-	Pool      string
-	Namespace string
-}
+type Location = radosop.Location
 
 // Record is one reservation.
 type Record struct {
@@ -62,74 +55,7 @@ func nameKey(k Kind, name string) string { return string(k) + ".name." + name }
 func uidKey(k Kind, uid string) string { return string(k) + ".uid." + uid }
 
 // ErrConflict is returned when concurrent writers kept winning; the RPC should answer ABORTED.
-var ErrConflict = ceph.NewError("journal update", ceph.ErrConflict, "lost the race against concurrent updates too often")
-
-// with runs fn on a fresh IOContext for loc: GetLastVersion is per IOContext, so every journal
-// operation gets its own.
-func with[T any](ctx context.Context, loc Location, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
-	return ceph.Call(ctx, loc.Conn, op, func(r *rados.Conn) (T, error) {
-		var zero T
-		io, err := r.OpenIOContext(loc.Pool)
-		if err != nil {
-			return zero, err
-		}
-		defer io.Destroy()
-		io.SetNamespace(loc.Namespace)
-		return fn(io)
-	})
-}
-
-// readKeys reads keys of oid and returns them with the object version (0 if it does not exist).
-func readKeys(io *rados.IOContext, oid string, keys ...string) (map[string][]byte, uint64, error) {
-	op := rados.CreateReadOp()
-	defer op.Release()
-	step := op.GetOmapValuesByKeys(keys)
-	if err := op.Operate(io, oid, rados.OperationNoFlag); err != nil {
-		if errors.Is(err, rados.ErrNotFound) {
-			return map[string][]byte{}, 0, nil
-		}
-		return nil, 0, err
-	}
-	ver, err := io.GetLastVersion()
-	if err != nil {
-		return nil, 0, err
-	}
-	out := map[string][]byte{}
-	for {
-		kv, err := step.Next()
-		if err != nil {
-			return nil, 0, err
-		}
-		if kv == nil {
-			return out, ver, nil
-		}
-		out[kv.Key] = kv.Value
-	}
-}
-
-// write applies set and rm atomically if oid is still at version ver (ver 0: oid must not
-// exist yet, and is created).
-func write(io *rados.IOContext, oid string, ver uint64, set map[string][]byte, rm []string) error {
-	op := rados.CreateWriteOp()
-	defer op.Release()
-	if ver == 0 {
-		op.Create(rados.CreateExclusive)
-	} else {
-		op.AssertVersion(ver)
-	}
-	if len(set) > 0 {
-		op.SetOmap(set)
-	}
-	if len(rm) > 0 {
-		op.RmOmapKeys(rm)
-	}
-	return op.Operate(io, oid, rados.OperationNoFlag)
-}
-
-// lost reports whether err means another writer changed the object first.
-func lost(err error) bool {
-	return errors.Is(ceph.Wrap("", err), ceph.ErrConflict) || errors.Is(err, rados.ErrObjectExists)
-}
+var ErrConflict = radosop.ErrConflict
 
 func decode(name string, b []byte) (*Record, error) {
 	var r Record
@@ -143,8 +69,8 @@ func decode(name string, b []byte) (*Record, error) {
 // Lookup returns the reservation of name, or nil if there is none.
 func Lookup(ctx context.Context, loc Location, k Kind, name string) (*Record, error) {
 	oid := objectName(string(volid.ShardOf(name)))
-	return with(ctx, loc, "journal lookup", func(io *rados.IOContext) (*Record, error) {
-		vals, _, err := readKeys(io, oid, nameKey(k, name))
+	return radosop.With(ctx, loc, "journal lookup", func(io *rados.IOContext) (*Record, error) {
+		vals, _, err := radosop.ReadKeys(io, oid, nameKey(k, name))
 		if err != nil {
 			return nil, err
 		}
@@ -166,9 +92,9 @@ func Reserve(ctx context.Context, loc Location, k Kind, name string, attrs map[s
 		rec     *Record
 		created bool
 	}
-	res, err := with(ctx, loc, "journal reserve", func(io *rados.IOContext) (result, error) {
-		for range maxAttempts {
-			vals, ver, err := readKeys(io, oid, nameKey(k, name))
+	res, err := radosop.With(ctx, loc, "journal reserve", func(io *rados.IOContext) (result, error) {
+		for range radosop.MaxAttempts {
+			vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, name))
 			if err != nil {
 				return result{}, err
 			}
@@ -185,8 +111,8 @@ func Reserve(ctx context.Context, loc Location, k Kind, name string, attrs map[s
 			if err != nil {
 				return result{}, err
 			}
-			err = write(io, oid, ver, map[string][]byte{nameKey(k, name): b, uidKey(k, uid): []byte(name)}, nil)
-			if lost(err) {
+			err = radosop.Write(io, oid, ver, radosop.Change{Set: map[string][]byte{nameKey(k, name): b, uidKey(k, uid): []byte(name)}})
+			if radosop.Lost(err) {
 				continue
 			}
 			return result{r, err == nil}, err
@@ -202,8 +128,8 @@ func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error)
 		return nil, nil
 	}
 	oid := objectName(uid)
-	return with(ctx, loc, "journal get", func(io *rados.IOContext) (*Record, error) {
-		vals, _, err := readKeys(io, oid, uidKey(k, uid))
+	return radosop.With(ctx, loc, "journal get", func(io *rados.IOContext) (*Record, error) {
+		vals, _, err := radosop.ReadKeys(io, oid, uidKey(k, uid))
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +137,7 @@ func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error)
 		if !ok {
 			return nil, nil
 		}
-		vals, _, err = readKeys(io, oid, nameKey(k, string(name)))
+		vals, _, err = radosop.ReadKeys(io, oid, nameKey(k, string(name)))
 		if err != nil {
 			return nil, err
 		}
@@ -232,9 +158,9 @@ func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error)
 // result). It fails with ErrNotFound if the reservation is gone.
 func SetAttrs(ctx context.Context, loc Location, k Kind, rec *Record) error {
 	oid := objectName(rec.UID)
-	_, err := with(ctx, loc, "journal update", func(io *rados.IOContext) (struct{}, error) {
-		for range maxAttempts {
-			vals, ver, err := readKeys(io, oid, nameKey(k, rec.Name))
+	_, err := radosop.With(ctx, loc, "journal update", func(io *rados.IOContext) (struct{}, error) {
+		for range radosop.MaxAttempts {
+			vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, rec.Name))
 			if err != nil {
 				return struct{}{}, err
 			}
@@ -249,8 +175,8 @@ func SetAttrs(ctx context.Context, loc Location, k Kind, rec *Record) error {
 			if err != nil {
 				return struct{}{}, err
 			}
-			err = write(io, oid, ver, map[string][]byte{nameKey(k, rec.Name): b}, nil)
-			if lost(err) {
+			err = radosop.Write(io, oid, ver, radosop.Change{Set: map[string][]byte{nameKey(k, rec.Name): b}})
+			if radosop.Lost(err) {
 				continue
 			}
 			return struct{}{}, err
@@ -267,9 +193,9 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 		return nil
 	}
 	oid := objectName(uid)
-	_, err := with(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
-		for range maxAttempts {
-			vals, ver, err := readKeys(io, oid, uidKey(k, uid))
+	_, err := radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
+		for range radosop.MaxAttempts {
+			vals, ver, err := radosop.ReadKeys(io, oid, uidKey(k, uid))
 			if err != nil {
 				return struct{}{}, err
 			}
@@ -278,7 +204,7 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 				return struct{}{}, nil
 			}
 			rm := []string{uidKey(k, uid)}
-			nv, _, err := readKeys(io, oid, nameKey(k, string(name)))
+			nv, _, err := radosop.ReadKeys(io, oid, nameKey(k, string(name)))
 			if err != nil {
 				return struct{}{}, err
 			}
@@ -287,8 +213,8 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 					rm = append(rm, nameKey(k, string(name)))
 				}
 			}
-			err = write(io, oid, ver, nil, rm)
-			if lost(err) {
+			err = radosop.Write(io, oid, ver, radosop.Change{Rm: rm})
+			if radosop.Lost(err) {
 				continue
 			}
 			return struct{}{}, err
@@ -303,9 +229,9 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error {
 	oid := objectName(rec.UID)
 	nk, uk := nameKey(k, rec.Name), uidKey(k, rec.UID)
-	_, err := with(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
-		for range maxAttempts {
-			vals, ver, err := readKeys(io, oid, nk, uk)
+	_, err := radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
+		for range radosop.MaxAttempts {
+			vals, ver, err := radosop.ReadKeys(io, oid, nk, uk)
 			if err != nil {
 				return struct{}{}, err
 			}
@@ -321,8 +247,8 @@ func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error
 			if len(rm) == 0 {
 				return struct{}{}, nil
 			}
-			err = write(io, oid, ver, nil, rm)
-			if lost(err) {
+			err = radosop.Write(io, oid, ver, radosop.Change{Rm: rm})
+			if radosop.Lost(err) {
 				continue
 			}
 			return struct{}{}, err
@@ -334,7 +260,7 @@ func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error
 
 // List returns every reservation of kind k at loc, sorted by UID.
 func List(ctx context.Context, loc Location, k Kind) ([]Record, error) {
-	return with(ctx, loc, "journal list", func(io *rados.IOContext) ([]Record, error) {
+	return radosop.With(ctx, loc, "journal list", func(io *rados.IOContext) ([]Record, error) {
 		var out []Record
 		prefix := string(k) + ".name."
 		for i := range volid.Shards {

@@ -1,0 +1,72 @@
+package cephfs
+
+import (
+	"regexp"
+	"strconv"
+	"strings"
+
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/controller"
+)
+
+// StorageClass parameter keys.
+const (
+	paramClusterID          = "clusterID"
+	paramFSName             = "fsName"
+	paramSubvolumeGroup     = "subvolumeGroup"
+	paramPool               = "pool"
+	paramMounter            = "mounter"
+	paramKernelMountOptions = "kernelMountOptions"
+	paramFuseMountOptions   = "fuseMountOptions"
+	paramBackingSnapshot    = "backingSnapshot"
+)
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+type volumeParams struct {
+	ClusterID       string
+	FSName          string
+	Group           string
+	Pool            string
+	Mounter         string
+	KernelOptions   string
+	FuseOptions     string
+	BackingSnapshot bool // shallow volumes from snapshots when read-only (default true)
+}
+
+func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error)) (volumeParams, error) {
+	if err := controller.UnknownParams(p, paramClusterID, paramFSName, paramSubvolumeGroup, paramPool, paramMounter,
+		paramKernelMountOptions, paramFuseMountOptions, paramBackingSnapshot); err != nil {
+		return volumeParams{}, err
+	}
+	v := volumeParams{ClusterID: p[paramClusterID], FSName: p[paramFSName], Group: p[paramSubvolumeGroup], Pool: p[paramPool],
+		Mounter: p[paramMounter], KernelOptions: p[paramKernelMountOptions], FuseOptions: p[paramFuseMountOptions], BackingSnapshot: true}
+	switch {
+	case v.ClusterID == "":
+		return v, controller.InvalidParam(paramClusterID, "is missing")
+	case v.FSName == "":
+		return v, controller.InvalidParam(paramFSName, "is missing")
+	case v.Group != "" && !namePattern.MatchString(v.Group):
+		return v, controller.InvalidParam(paramSubvolumeGroup, "%q: want 1-64 characters of [A-Za-z0-9._-]", v.Group)
+	case v.Mounter != "" && v.Mounter != volumecontext.MounterFuse && v.Mounter != volumecontext.MounterKernel:
+		return v, controller.InvalidParam(paramMounter, "%q: want fuse or kernel", v.Mounter)
+	case strings.ContainsAny(v.KernelOptions, " \n"):
+		return v, controller.InvalidParam(paramKernelMountOptions, "must be one comma-separated list without spaces")
+	}
+	if s, ok := p[paramBackingSnapshot]; ok {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return v, controller.InvalidParam(paramBackingSnapshot, "%q: want true or false", s)
+		}
+		v.BackingSnapshot = b
+	}
+	cluster, err := cl(v.ClusterID)
+	if err != nil {
+		return v, err
+	}
+	if v.Group == "" {
+		v.Group = cluster.SubvolumeGroupOrDefault()
+	}
+	return v, nil
+}

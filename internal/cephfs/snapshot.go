@@ -1,0 +1,268 @@
+package cephfs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+)
+
+// Journal attributes of a snapshot reservation: where the snapshot is (the source volume's
+// reservation may be gone, its subvolume removed with retained snapshots), and what
+// ListSnapshots reports once it is cut.
+const (
+	attrSourceVolume = "sourceVolume"
+	attrSubvolume    = "subvolume"
+	attrCreated      = "created"
+	attrSnapSize     = "size"
+)
+
+// CreateSnapshot snapshots the subvolume. Pacific's snapshot info has no size, so the size is
+// the volume's quota when the snapshot is cut: what a restore needs.
+func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
+	if name == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is missing")
+	}
+	if srcID == "" {
+		return nil, status.Error(codes.InvalidArgument, "source_volume_id is missing")
+	}
+	if err := controller.UnknownParams(req.GetParameters()); err != nil {
+		return nil, err
+	}
+	src, err := volid.ParseCephFSVolume(srcID)
+	if err != nil {
+		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
+	}
+	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("CreateSnapshot", "cephfs-snapshot-name:"+name, srcID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	s, err := c.siteOf(ctx, cl, src.FSCID, req.GetSecrets(), "source volume "+srcID)
+	if err != nil {
+		return nil, err
+	}
+	defer s.conn.Release()
+	vol, err := journal.Get(ctx, s.journal(), journal.Volume, src.UID)
+	if err != nil {
+		return nil, err
+	}
+	if vol == nil || vol.Attrs[attrState] != stateReady {
+		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
+	}
+	if vol.Attrs[attrKind] == kindShallow {
+		return nil, status.Errorf(codes.InvalidArgument, "source_volume_id %q is a shallow read-only volume: snapshot its source snapshot's volume instead", srcID)
+	}
+	rec, created, err := journal.Reserve(ctx, s.journal(), journal.Snapshot, name, map[string]string{
+		attrSourceVolume: srcID, attrGroup: vol.Attrs[attrGroup], attrSubvolume: subvolumeName(vol.UID), attrSnapSize: vol.Attrs[attrSize],
+		attrRootPath: vol.Attrs[attrRootPath],
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !created && rec.Attrs[attrSourceVolume] != srcID {
+		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for source volume %q, not %q", name, rec.Attrs[attrSourceVolume], srcID)
+	}
+	faultpoint.Hit("cephfs.CreateSnapshot.reserved")
+	id := volid.CephFSSnapshot{CephFSVolume: src, SnapUID: rec.UID}
+	if snap, ok := snapshotFromRecord(*rec, id); ok {
+		return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+	}
+	// the reference tracker exists before the snapshot, so no shallow volume can ever find a
+	// snapshot without one
+	if err := c.trackSnapshot(ctx, s, rec); err != nil {
+		return nil, err
+	}
+	group, sub, snap := rec.Attrs[attrGroup], rec.Attrs[attrSubvolume], snapName(rec.UID)
+	err = s.admin.CreateSubVolumeSnapshot(s.fs.Name, group, sub, snap)
+	if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
+		return nil, classify("snapshot "+sub, err)
+	}
+	faultpoint.Hit("cephfs.CreateSnapshot.cut")
+	info, err := s.admin.SubVolumeSnapshotInfo(s.fs.Name, group, sub, snap)
+	if err != nil {
+		return nil, classify("snapshot info", err)
+	}
+	// the volumes module prints local time without a zone; the mgr runs in UTC in containers
+	rec.Attrs[attrCreated] = info.CreatedAt.UTC().Format(time.RFC3339Nano)
+	if err := journal.SetAttrs(ctx, s.journal(), journal.Snapshot, rec); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", s.fs.Name+"/"+group+"/"+sub+"@"+snap, "name", name)
+	out, _ := snapshotFromRecord(*rec, id)
+	return &csi.CreateSnapshotResponse{Snapshot: out}, nil
+}
+
+func snapshotFromRecord(rec journal.Record, id volid.CephFSSnapshot) (*csi.Snapshot, bool) {
+	created, err := time.Parse(time.RFC3339Nano, rec.Attrs[attrCreated])
+	if err != nil {
+		return nil, false
+	}
+	size, _ := strconv.ParseInt(rec.Attrs[attrSnapSize], 10, 64)
+	return &csi.Snapshot{SnapshotId: id.String(), SourceVolumeId: rec.Attrs[attrSourceVolume], SizeBytes: size,
+		CreationTime: timestamppb.New(created), ReadyToUse: true}, true
+}
+
+// siteOf connects and resolves a filesystem ID; a filesystem that no longer exists is NOT_FOUND
+// for what.
+func (c *Controller) siteOf(ctx context.Context, cl v1.Cluster, fscid int64, secrets map[string]string, what string) (site, error) {
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		return site{}, err
+	}
+	fs, err := c.fss.lookup(ctx, cl.ClusterID, conn, "", fscid)
+	if err != nil {
+		conn.Release()
+		if errors.Is(err, ceph.ErrNotFound) {
+			return site{}, controller.NotFoundf("%s does not exist", what)
+		}
+		return site{}, err
+	}
+	return newSite(ctx, conn, fs, journalNamespace(cl)), nil
+}
+
+// DeleteSnapshot drops the snapshot's own reference; the Ceph snapshot goes when no shallow
+// volume references it any more.
+func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	raw := req.GetSnapshotId()
+	if raw == "" {
+		return nil, status.Error(codes.InvalidArgument, "snapshot_id is missing")
+	}
+	id, err := volid.ParseCephFSSnapshot(raw)
+	if err != nil {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("DeleteSnapshot", raw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	s, err := c.siteOf(ctx, cl, id.FSCID, req.GetSecrets(), "snapshot "+raw)
+	if status.Code(err) == codes.NotFound {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer s.conn.Release()
+	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, id.SnapUID)
+	if err != nil || rec == nil {
+		return &csi.DeleteSnapshotResponse{}, err
+	}
+	if err := c.releaseSnapshotRef(ctx, s, rec); err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("cephfs.DeleteSnapshot.removed")
+	if err := journal.ReleaseRecord(ctx, s.journal(), journal.Snapshot, rec); err != nil {
+		return nil, err
+	}
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// removeCephSnapshot removes a subvolume snapshot; one that clones still copy from is
+// FAILED_PRECONDITION, as the CSI spec asks for a snapshot in use.
+func removeCephSnapshot(s site, group, sub, snap string) error {
+	err := s.admin.RemoveSubVolumeSnapshot(s.fs.Name, group, sub, snap)
+	switch kind := classify("", err); {
+	case err == nil || errors.Is(kind, ceph.ErrNotFound):
+		return nil
+	case errors.Is(kind, ceph.ErrUnavailable) || errors.Is(kind, ceph.ErrBusy):
+		// the volumes module answers EAGAIN while clones of the snapshot are pending
+		return status.Errorf(codes.FailedPrecondition, "snapshot %s@%s has pending clones: %v", sub, snap, err)
+	}
+	return classify("remove snapshot "+sub+"@"+snap, err)
+}
+
+// ListSnapshots reads the snapshot journals of the filesystems involved.
+func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
+	var all []*csi.Snapshot
+	var err error
+	switch {
+	case req.GetSnapshotId() != "":
+		id, perr := volid.ParseCephFSSnapshot(req.GetSnapshotId())
+		if perr != nil {
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		all, err = c.listIn(ctx, id.ClusterID, id.FSCID, req.GetSecrets(), func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
+	case req.GetSourceVolumeId() != "":
+		v, perr := volid.ParseCephFSVolume(req.GetSourceVolumeId())
+		if perr != nil {
+			return &csi.ListSnapshotsResponse{}, nil
+		}
+		all, err = c.listIn(ctx, v.ClusterID, v.FSCID, req.GetSecrets(), func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
+	default:
+		for _, cl := range c.Clusters.Map() {
+			found, lerr := c.listIn(ctx, cl.ClusterID, -1, req.GetSecrets(), nil)
+			if lerr != nil {
+				return nil, lerr
+			}
+			all = append(all, found...)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return controller.Page(all, req.GetStartingToken(), req.GetMaxEntries(), func(tok string) bool {
+		_, err := volid.ParseCephFSSnapshot(tok)
+		return err == nil
+	})
+}
+
+// listIn lists the snapshots of one filesystem (fscid >= 0) or of all of a cluster's.
+func (c *Controller) listIn(ctx context.Context, clusterID string, fscid int64, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	cl, err := c.Clusters.Cluster(clusterID)
+	if err != nil {
+		return nil, nil
+	}
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	fss, err := c.fss.get(ctx, clusterID, conn, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []*csi.Snapshot
+	for _, fs := range fss {
+		if fscid >= 0 && fs.ID != fscid {
+			continue
+		}
+		recs, err := journal.List(ctx, newSite(ctx, conn, fs, journalNamespace(cl)).journal(), journal.Snapshot)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			src, err := volid.ParseCephFSVolume(r.Attrs[attrSourceVolume])
+			if err != nil {
+				continue
+			}
+			snap, ok := snapshotFromRecord(r, volid.CephFSSnapshot{CephFSVolume: src, SnapUID: r.UID})
+			if ok && (keep == nil || keep(snap)) {
+				out = append(out, snap)
+			}
+		}
+	}
+	return out, nil
+}

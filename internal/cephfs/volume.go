@@ -1,0 +1,441 @@
+package cephfs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/ceph/go-ceph/cephfs/admin"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/volcap"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+const (
+	volumePrefix   = "csi-vol-"
+	snapshotPrefix = "csi-snap-"
+	clonePrefix    = "csi-clone-"
+)
+
+func subvolumeName(uid string) string { return volumePrefix + uid }
+func snapName(uid string) string      { return snapshotPrefix + uid }
+func cloneSnap(uid string) string     { return clonePrefix + uid }
+
+// Journal attributes of a volume reservation.
+const (
+	attrSize     = "size"
+	attrSource   = "source"
+	attrGroup    = "group"
+	attrPool     = "pool"
+	attrKind     = "kind"     // kindSubvolume or kindShallow
+	attrRootPath = "rootPath" // set once the subvolume is complete
+	attrState    = "state"
+	stateReady   = "ready"
+	// where a PVC-PVC clone cut its transient snapshot
+	attrSrcGroup     = "srcGroup"
+	attrSrcSubvolume = "srcSubvolume"
+
+	kindSubvolume = "subvolume"
+	kindShallow   = "shallow"
+)
+
+// source is a decoded volume_content_source.
+type source struct {
+	snap *volid.CephFSSnapshot
+	vol  *volid.CephFSVolume
+}
+
+func (s source) String() string {
+	switch {
+	case s.snap != nil:
+		return "snapshot:" + s.snap.String()
+	case s.vol != nil:
+		return "volume:" + s.vol.String()
+	}
+	return ""
+}
+
+func (s source) ids() (clusterID string, fscid int64) {
+	switch {
+	case s.snap != nil:
+		return s.snap.ClusterID, s.snap.FSCID
+	case s.vol != nil:
+		return s.vol.ClusterID, s.vol.FSCID
+	}
+	return "", -1
+}
+
+func parseSource(cs *csi.VolumeContentSource) (source, error) {
+	switch {
+	case cs == nil:
+		return source{}, nil
+	case cs.GetSnapshot() != nil:
+		id := cs.GetSnapshot().GetSnapshotId()
+		if id == "" {
+			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is missing")
+		}
+		s, err := volid.ParseCephFSSnapshot(id)
+		if err != nil {
+			return source{}, controller.NotFoundf("source snapshot %q does not exist", id)
+		}
+		return source{snap: &s}, nil
+	case cs.GetVolume() != nil:
+		id := cs.GetVolume().GetVolumeId()
+		if id == "" {
+			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is missing")
+		}
+		v, err := volid.ParseCephFSVolume(id)
+		if err != nil {
+			return source{}, controller.NotFoundf("source volume %q does not exist", id)
+		}
+		return source{vol: &v}, nil
+	}
+	return source{}, status.Error(codes.InvalidArgument, "volume_content_source: neither snapshot nor volume")
+}
+
+// request is a validated CreateVolume.
+type request struct {
+	req     *csi.CreateVolumeRequest
+	params  volumeParams
+	cluster v1.Cluster
+	size    int64
+	src     source
+	// shallow: read-only from a snapshot (or a shallow volume), unless backingSnapshot=false
+	shallow bool
+}
+
+func (c *Controller) validateCreate(req *csi.CreateVolumeRequest) (request, error) {
+	r := request{req: req}
+	if req.GetName() == "" {
+		return r, status.Error(codes.InvalidArgument, "name is missing")
+	}
+	if err := support.Validate(req.GetVolumeCapabilities()); err != nil {
+		return r, err
+	}
+	var err error
+	if r.size, err = volcap.Size(req.GetCapacityRange(), c.opts.DefaultSize); err != nil {
+		return r, err
+	}
+	if r.params, err = parseVolumeParams(req.GetParameters(), func(id string) (v1.Cluster, error) {
+		return c.Cluster(id, codes.InvalidArgument, `parameters["clusterID"]`)
+	}); err != nil {
+		return r, err
+	}
+	r.cluster, _ = c.Clusters.Cluster(r.params.ClusterID)
+	if r.src, err = parseSource(req.GetVolumeContentSource()); err != nil {
+		return r, err
+	}
+	if id, _ := r.src.ids(); id != "" && id != r.params.ClusterID {
+		return r, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, r.params.ClusterID)
+	}
+	r.shallow = volcap.ReadOnly(req.GetVolumeCapabilities()) && r.params.BackingSnapshot && r.src.String() != ""
+	return r, nil
+}
+
+// CreateVolume reserves the name, then creates the subvolume (blank, or a clone that the
+// volumes module copies asynchronously: ABORTED until it completes, the CO retries).
+func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	r, err := c.validateCreate(req)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("CreateVolume", "cephfs-volume-name:"+req.GetName())
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.Connect(ctx, r.cluster, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	fs, err := c.fss.lookup(ctx, r.params.ClusterID, conn, r.params.FSName, -1)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return nil, controller.InvalidParam(paramFSName, "filesystem %q does not exist", r.params.FSName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, fscid := r.src.ids(); fscid >= 0 && fscid != fs.ID {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on another filesystem than %q", fs.Name)
+	}
+	s := newSite(ctx, conn, fs, journalNamespace(r.cluster))
+	if r.shallow {
+		b, err := c.backingOf(ctx, s, r.src)
+		if err != nil {
+			return nil, err
+		}
+		return c.createShallow(ctx, s, r, b)
+	}
+	srcInfo, err := c.checkSource(ctx, s, r)
+	if err != nil {
+		return nil, err
+	}
+
+	attrs := map[string]string{
+		attrSize: strconv.FormatInt(r.size, 10), attrSource: r.src.String(), attrGroup: r.params.Group,
+		attrPool: r.params.Pool, attrKind: kindSubvolume,
+	}
+	if srcInfo.transient {
+		attrs[attrSrcGroup], attrs[attrSrcSubvolume] = srcInfo.group, srcInfo.subvolume
+	}
+	rec, created, err := journal.Reserve(ctx, s.journal(), journal.Volume, req.GetName(), attrs)
+	if err != nil {
+		return nil, err
+	}
+	if !created {
+		if err := compatible(rec, req, r.src, kindSubvolume); err != nil {
+			return nil, err
+		}
+		r.size, _ = strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
+	}
+	faultpoint.Hit("cephfs.CreateVolume.reserved")
+	group, name := rec.Attrs[attrGroup], subvolumeName(rec.UID)
+
+	if rec.Attrs[attrState] != stateReady {
+		if err := c.ensureGroup(r.params.ClusterID, s, group); err != nil {
+			return nil, err
+		}
+		switch {
+		case r.src.snap != nil || r.src.vol != nil:
+			err = c.ensureClone(ctx, s, rec, srcInfo, uint64(r.size))
+		default:
+			err = classify("create subvolume "+name, s.admin.CreateSubVolume(fs.Name, group, name,
+				&admin.SubVolumeOptions{Size: admin.ByteCount(r.size), PoolLayout: rec.Attrs[attrPool]}))
+			if isNotFound(err) { // the group went away behind our cache
+				c.forgetGroup(r.params.ClusterID, s, group)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+		faultpoint.Hit("cephfs.CreateVolume.subvolume")
+		path, err := s.admin.SubVolumePath(fs.Name, group, name)
+		if err != nil {
+			return nil, classify("get path of "+name, err)
+		}
+		rec.Attrs[attrRootPath], rec.Attrs[attrState] = path, stateReady
+		if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
+			return nil, err
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Volume ready", "name", req.GetName(), "subvolume", fs.Name+"/"+group+"/"+name, "size", r.size, "resumed", !created)
+	id := volid.CephFSVolume{ClusterID: r.params.ClusterID, FSCID: fs.ID, UID: rec.UID}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:      id.String(),
+		CapacityBytes: r.size,
+		VolumeContext: volumecontext.Volume{ClusterID: r.params.ClusterID, FSName: fs.Name, RootPath: rec.Attrs[attrRootPath],
+			Mounter: r.params.Mounter, FuseMountOptions: r.params.FuseOptions, KernelMountOptions: r.params.KernelOptions}.Map(),
+		ContentSource: req.GetVolumeContentSource(),
+	}}, nil
+}
+
+// compatible checks a repeated request against the reservation it found.
+func compatible(rec *journal.Record, req *csi.CreateVolumeRequest, src source, kind string) error {
+	if rec.Attrs[attrKind] != kind {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists as a %s volume, not %s", rec.Name, rec.Attrs[attrKind], kind)
+	}
+	if rec.Attrs[attrSource] != src.String() {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists with content source %q, not %q", rec.Name, rec.Attrs[attrSource], src.String())
+	}
+	size, err := strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
+	if err != nil {
+		return status.Errorf(codes.Internal, "journal entry of %q has no valid size", rec.Name)
+	}
+	if kind == kindSubvolume && !volcap.Fits(size, req.GetCapacityRange()) {
+		return status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes, outside capacity_range [%d, %d]",
+			rec.Name, size, req.GetCapacityRange().GetRequiredBytes(), req.GetCapacityRange().GetLimitBytes())
+	}
+	return nil
+}
+
+// sourceInfo is where a clone copies from.
+type sourceInfo struct {
+	group, subvolume, snapshot string
+	size                       int64
+	transient                  bool // a snapshot cut for a PVC-PVC clone, removed when it completes
+}
+
+// checkSource verifies the content source exists and fits, before anything is reserved.
+func (c *Controller) checkSource(ctx context.Context, s site, r request) (sourceInfo, error) {
+	switch {
+	case r.src.snap != nil:
+		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.snap.SnapUID)
+		if err != nil {
+			return sourceInfo{}, err
+		}
+		if rec == nil || rec.Attrs[attrCreated] == "" {
+			return sourceInfo{}, controller.NotFoundf("source snapshot %q does not exist", r.src.snap.String())
+		}
+		size, _ := strconv.ParseInt(rec.Attrs[attrSnapSize], 10, 64)
+		if size > r.size {
+			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source snapshot %s (%d bytes)", r.size, r.src.snap.String(), size)
+		}
+		return sourceInfo{group: rec.Attrs[attrGroup], subvolume: rec.Attrs[attrSubvolume], snapshot: snapName(rec.UID), size: size}, nil
+	case r.src.vol != nil:
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.vol.UID)
+		if err != nil {
+			return sourceInfo{}, err
+		}
+		if rec == nil || rec.Attrs[attrState] != stateReady {
+			return sourceInfo{}, controller.NotFoundf("source volume %q does not exist", r.src.vol.String())
+		}
+		if rec.Attrs[attrKind] == kindShallow {
+			// a regular volume from a shallow one is a regular volume from its snapshot
+			b := backingFromShallow(rec)
+			if b.size > r.size {
+				return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", r.size, r.src.vol.String(), b.size)
+			}
+			return sourceInfo{group: b.group, subvolume: b.subvolume, snapshot: b.snapshot, size: b.size}, nil
+		}
+		size, _ := strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
+		if size > r.size {
+			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", r.size, r.src.vol.String(), size)
+		}
+		return sourceInfo{group: rec.Attrs[attrGroup], subvolume: subvolumeName(rec.UID), size: size, transient: true}, nil
+	}
+	return sourceInfo{}, nil
+}
+
+// ensureClone starts the clone if it is not running, and reports its progress: ABORTED while
+// the volumes module copies, so the CO retries; nil once complete and grown to size.
+func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Record, src sourceInfo, size uint64) error {
+	fs, group, name := s.fs.Name, rec.Attrs[attrGroup], subvolumeName(rec.UID)
+	if src.transient {
+		src.snapshot = cloneSnap(rec.UID)
+		err := s.admin.CreateSubVolumeSnapshot(fs, src.group, src.subvolume, src.snapshot)
+		if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
+			return classify("snapshot source "+src.subvolume, err)
+		}
+		faultpoint.Hit("cephfs.CreateVolume.clone-snapshot")
+	}
+	st, err := s.admin.CloneStatus(fs, group, name)
+	if isNotFound(err) {
+		err = s.admin.CloneSubVolumeSnapshot(fs, src.group, src.subvolume, src.snapshot, name,
+			&admin.CloneOptions{TargetGroup: group, PoolLayout: rec.Attrs[attrPool]})
+		if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
+			return classify("clone "+src.subvolume+"@"+src.snapshot, err)
+		}
+		faultpoint.Hit("cephfs.CreateVolume.clone-started")
+		st, err = s.admin.CloneStatus(fs, group, name)
+	}
+	if err != nil {
+		return classify("clone status of "+name, err)
+	}
+	switch st.State {
+	case admin.CloneComplete:
+	case admin.ClonePending, admin.CloneInProgress:
+		return status.Errorf(codes.Aborted, "volume %q is being cloned from %s@%s (%s): retry later", rec.Name, src.subvolume, src.snapshot, st.State)
+	default:
+		// failed or canceled: remove the remains so the next retry starts a fresh clone
+		reason := string(st.State)
+		if f := st.GetFailure(); f != nil {
+			reason += ": " + f.ErrStr
+		}
+		if err := s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{Force: true}); err != nil && !isNotFound(err) {
+			return classify("remove failed clone "+name, err)
+		}
+		return status.Errorf(codes.Internal, "cloning volume %q failed (%s); the partial clone was removed and a retry starts over", rec.Name, reason)
+	}
+	if _, err := s.admin.ResizeSubVolume(fs, group, name, admin.ByteCount(size), true); err != nil {
+		return classify("resize "+name, err)
+	}
+	if src.transient {
+		err := s.admin.RemoveSubVolumeSnapshot(fs, src.group, src.subvolume, src.snapshot)
+		if err != nil && !isNotFound(err) {
+			return classify("remove transient snapshot", err)
+		}
+	}
+	return nil
+}
+
+// DeleteVolume removes the subvolume (keeping its snapshots, which stay usable), then the
+// reservation.
+func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	id, err := volid.ParseCephFSVolume(raw)
+	if err != nil {
+		return &csi.DeleteVolumeResponse{}, nil // names no volume: already deleted
+	}
+	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := c.opts.Locks.TryLock("DeleteVolume", raw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	fs, err := c.fss.lookup(ctx, cl.ClusterID, conn, "", id.FSCID)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := newSite(ctx, conn, fs, journalNamespace(cl))
+	rec, err := journal.Get(ctx, s.journal(), journal.Volume, id.UID)
+	if err != nil || rec == nil {
+		return &csi.DeleteVolumeResponse{}, err
+	}
+	if rec.Attrs[attrKind] == kindShallow {
+		if err := c.deleteShallow(ctx, s, rec, raw); err != nil {
+			return nil, err
+		}
+	} else if err := removeSubvolume(s, rec); err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("cephfs.DeleteVolume.subvolume")
+	if err := journal.ReleaseRecord(ctx, s.journal(), journal.Volume, rec); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume deleted", "volume", raw)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+func removeSubvolume(s site, rec *journal.Record) error {
+	fs, group, name := s.fs.Name, rec.Attrs[attrGroup], subvolumeName(rec.UID)
+	// a clone still copying cannot be removed: stop it first
+	if st, err := s.admin.CloneStatus(fs, group, name); err == nil && (st.State == admin.ClonePending || st.State == admin.CloneInProgress) {
+		if err := s.admin.CancelClone(fs, group, name); err != nil && !isNotFound(err) {
+			return classify("cancel clone "+name, err)
+		}
+	}
+	// the transient snapshot a PVC-PVC clone cut on its source, if the clone never finished
+	if sub := rec.Attrs[attrSrcSubvolume]; sub != "" {
+		err := s.admin.RemoveSubVolumeSnapshot(fs, rec.Attrs[attrSrcGroup], sub, cloneSnap(rec.UID))
+		if err != nil && !isNotFound(err) {
+			return classify("remove transient snapshot", err)
+		}
+	}
+	err := s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{})
+	if errors.Is(classify("", err), ceph.ErrNotEmpty) {
+		// snapshots (CSI ones, or a transient one a running clone copies from) must survive:
+		// the subvolume goes, its snapshots stay, and Ceph purges it with the last of them
+		err = s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{RetainSnapshots: true})
+	}
+	if errors.Is(classify("", err), ceph.ErrBusy) || errors.Is(classify("", err), ceph.ErrUnavailable) {
+		err = s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{Force: true})
+	}
+	if err != nil && !isNotFound(err) {
+		return classify("remove subvolume "+name, err)
+	}
+	return nil
+}

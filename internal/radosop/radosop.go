@@ -1,0 +1,136 @@
+// Package radosop is the compare-and-swap the journal and the reference trackers are built on:
+// read an object's omap together with its version, then write only if the object is still at
+// that version. Two writers can never both succeed on the same state; the loser re-reads.
+package radosop
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/monoceph/monoceph/internal/ceph"
+)
+
+// Location is a pool and RADOS namespace reached through a pooled connection.
+type Location struct {
+	Conn      *ceph.Conn
+	Pool      string
+	Namespace string
+}
+
+// MaxAttempts bounds retries after losing a version race; past it the caller answers ABORTED
+// and the CO retries later.
+const MaxAttempts = 16
+
+// ErrConflict is returned when concurrent writers kept winning.
+var ErrConflict = ceph.NewError("update", ceph.ErrConflict, "lost the race against concurrent updates too often")
+
+// With runs fn on a fresh IOContext for loc under ctx: IOContext.GetLastVersion is per
+// IOContext, so every versioned operation gets its own.
+func With[T any](ctx context.Context, loc Location, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
+	return ceph.Call(ctx, loc.Conn, op, func(r *rados.Conn) (T, error) {
+		var zero T
+		io, err := r.OpenIOContext(loc.Pool)
+		if err != nil {
+			return zero, err
+		}
+		defer io.Destroy()
+		io.SetNamespace(loc.Namespace)
+		return fn(io)
+	})
+}
+
+// ReadKeys reads keys of oid with the object version; version 0 means oid does not exist.
+func ReadKeys(io *rados.IOContext, oid string, keys ...string) (map[string][]byte, uint64, error) {
+	op := rados.CreateReadOp()
+	defer op.Release()
+	step := op.GetOmapValuesByKeys(keys)
+	if err := op.Operate(io, oid, rados.OperationNoFlag); err != nil {
+		if errors.Is(err, rados.ErrNotFound) {
+			return map[string][]byte{}, 0, nil
+		}
+		return nil, 0, err
+	}
+	ver, err := io.GetLastVersion()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string][]byte{}
+	for {
+		kv, err := step.Next()
+		if err != nil {
+			return nil, 0, err
+		}
+		if kv == nil {
+			return out, ver, nil
+		}
+		out[kv.Key] = kv.Value
+	}
+}
+
+// ReadAll reads every omap key of oid (up to max) with the object version; 0: no object.
+func ReadAll(io *rados.IOContext, oid string, max uint64) (map[string][]byte, uint64, error) {
+	op := rados.CreateReadOp()
+	defer op.Release()
+	step := op.GetOmapValues("", "", max)
+	if err := op.Operate(io, oid, rados.OperationNoFlag); err != nil {
+		if errors.Is(err, rados.ErrNotFound) {
+			return map[string][]byte{}, 0, nil
+		}
+		return nil, 0, err
+	}
+	ver, err := io.GetLastVersion()
+	if err != nil {
+		return nil, 0, err
+	}
+	out := map[string][]byte{}
+	for {
+		kv, err := step.Next()
+		if err != nil {
+			return nil, 0, err
+		}
+		if kv == nil {
+			break
+		}
+		out[kv.Key] = kv.Value
+	}
+	if step.More() {
+		return nil, 0, ceph.NewError("read omap of "+oid, ceph.ErrInconsistent, "more keys than expected")
+	}
+	return out, ver, nil
+}
+
+// Change is one atomic update of an object.
+type Change struct {
+	Set    map[string][]byte
+	Rm     []string
+	Delete bool // remove the object itself
+}
+
+// Write applies c if oid is still at version ver; ver 0 means oid must not exist yet and is
+// created.
+func Write(io *rados.IOContext, oid string, ver uint64, c Change) error {
+	op := rados.CreateWriteOp()
+	defer op.Release()
+	if ver == 0 {
+		op.Create(rados.CreateExclusive)
+	} else {
+		op.AssertVersion(ver)
+	}
+	if len(c.Set) > 0 {
+		op.SetOmap(c.Set)
+	}
+	if len(c.Rm) > 0 {
+		op.RmOmapKeys(c.Rm)
+	}
+	if c.Delete {
+		op.Remove()
+	}
+	return op.Operate(io, oid, rados.OperationNoFlag)
+}
+
+// Lost reports whether err means another writer changed the object first (a failed version
+// assertion, or an exclusive create of an object that appeared meanwhile).
+func Lost(err error) bool {
+	return errors.Is(ceph.Wrap("", err), ceph.ErrConflict) || errors.Is(err, rados.ErrObjectExists)
+}
