@@ -213,4 +213,3 @@ func (c *Controller) releaseSnapshotRef(ctx context.Context, s site, rec *journa
 	klog.FromContext(ctx).V(2).Info("Snapshot kept for shallow volumes", "snapshot", b.subvolume+"@"+b.snapshot, "references", len(st.Refs))
 	return nil
 }
-
