@@ -92,8 +92,13 @@ func Reserve(ctx context.Context, loc Location, k Kind, name string, attrs map[s
 		rec     *Record
 		created bool
 	}
+	unlock, err := radosop.Lock(ctx, loc, oid)
+	if err != nil {
+		return nil, false, err
+	}
+	defer unlock()
 	res, err := radosop.With(ctx, loc, "journal reserve", func(io *rados.IOContext) (result, error) {
-		for range radosop.MaxAttempts {
+		for attempt := range radosop.MaxAttempts {
 			vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, name))
 			if err != nil {
 				return result{}, err
@@ -113,6 +118,7 @@ func Reserve(ctx context.Context, loc Location, k Kind, name string, attrs map[s
 			}
 			err = radosop.Write(io, oid, ver, radosop.Change{Set: map[string][]byte{nameKey(k, name): b, uidKey(k, uid): []byte(name)}})
 			if radosop.Lost(err) {
+				radosop.Backoff(attempt)
 				continue
 			}
 			return result{r, err == nil}, err
@@ -158,8 +164,13 @@ func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error)
 // result). It fails with ErrNotFound if the reservation is gone.
 func SetAttrs(ctx context.Context, loc Location, k Kind, rec *Record) error {
 	oid := objectName(rec.UID)
-	_, err := radosop.With(ctx, loc, "journal update", func(io *rados.IOContext) (struct{}, error) {
-		for range radosop.MaxAttempts {
+	unlock, err := radosop.Lock(ctx, loc, oid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, err = radosop.With(ctx, loc, "journal update", func(io *rados.IOContext) (struct{}, error) {
+		for attempt := range radosop.MaxAttempts {
 			vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, rec.Name))
 			if err != nil {
 				return struct{}{}, err
@@ -177,6 +188,7 @@ func SetAttrs(ctx context.Context, loc Location, k Kind, rec *Record) error {
 			}
 			err = radosop.Write(io, oid, ver, radosop.Change{Set: map[string][]byte{nameKey(k, rec.Name): b}})
 			if radosop.Lost(err) {
+				radosop.Backoff(attempt)
 				continue
 			}
 			return struct{}{}, err
@@ -193,8 +205,13 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 		return nil
 	}
 	oid := objectName(uid)
-	_, err := radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
-		for range radosop.MaxAttempts {
+	unlock, err := radosop.Lock(ctx, loc, oid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, err = radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
+		for attempt := range radosop.MaxAttempts {
 			vals, ver, err := radosop.ReadKeys(io, oid, uidKey(k, uid))
 			if err != nil {
 				return struct{}{}, err
@@ -215,6 +232,7 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 			}
 			err = radosop.Write(io, oid, ver, radosop.Change{Rm: rm})
 			if radosop.Lost(err) {
+				radosop.Backoff(attempt)
 				continue
 			}
 			return struct{}{}, err
@@ -229,8 +247,13 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error {
 	oid := objectName(rec.UID)
 	nk, uk := nameKey(k, rec.Name), uidKey(k, rec.UID)
-	_, err := radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
-		for range radosop.MaxAttempts {
+	unlock, err := radosop.Lock(ctx, loc, oid)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, err = radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
+		for attempt := range radosop.MaxAttempts {
 			vals, ver, err := radosop.ReadKeys(io, oid, nk, uk)
 			if err != nil {
 				return struct{}{}, err
@@ -249,6 +272,7 @@ func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error
 			}
 			err = radosop.Write(io, oid, ver, radosop.Change{Rm: rm})
 			if radosop.Lost(err) {
+				radosop.Backoff(attempt)
 				continue
 			}
 			return struct{}{}, err

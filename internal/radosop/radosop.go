@@ -6,6 +6,8 @@ package radosop
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"time"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
@@ -127,6 +129,13 @@ func Write(io *rados.IOContext, oid string, ver uint64, c Change) error {
 		op.Remove()
 	}
 	return op.Operate(io, oid, rados.OperationNoFlag)
+}
+
+// Backoff sleeps before retry attempt n after a lost race: a random wait growing with n, so
+// writers that collided spread out instead of colliding again in lockstep.
+func Backoff(n int) {
+	limit := time.Duration(1<<min(n, 6)) * 500 * time.Microsecond // 0.5 ms … 32 ms
+	time.Sleep(time.Duration(rand.Int64N(int64(limit))))
 }
 
 // Lost reports whether err means another writer changed the object first (a failed version

@@ -74,8 +74,13 @@ func (s State) has(ref string) bool {
 // guarded by the version read; it retries when it loses a race.
 func update(ctx context.Context, loc Location, id, op string, decide func(State) (*radosop.Change, error)) (State, error) {
 	oid := ObjectName(id)
+	unlock, err := radosop.Lock(ctx, loc, oid)
+	if err != nil {
+		return State{}, err
+	}
+	defer unlock()
 	return radosop.With(ctx, loc, op, func(io *rados.IOContext) (State, error) {
-		for range radosop.MaxAttempts {
+		for attempt := range radosop.MaxAttempts {
 			vals, ver, err := radosop.ReadAll(io, oid, maxRefs+1)
 			if err != nil {
 				return State{}, err
@@ -90,6 +95,7 @@ func update(ctx context.Context, loc Location, id, op string, decide func(State)
 			}
 			err = radosop.Write(io, oid, ver, *change)
 			if radosop.Lost(err) {
+				radosop.Backoff(attempt)
 				continue
 			}
 			if err != nil {
