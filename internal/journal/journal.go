@@ -143,9 +143,14 @@ func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error)
 		if !ok {
 			return nil, nil
 		}
-		vals, _, err = radosop.ReadKeys(io, oid, nameKey(k, string(name)))
+		// read both again in one op: a Release between the two reads removes both atomically,
+		// so a name key missing next to a present UID key is real corruption, not a race
+		vals, _, err = radosop.ReadKeys(io, oid, uidKey(k, uid), nameKey(k, string(name)))
 		if err != nil {
 			return nil, err
+		}
+		if string(vals[uidKey(k, uid)]) != string(name) {
+			return nil, nil // released (or released and reserved again) meanwhile
 		}
 		b, ok := vals[nameKey(k, string(name))]
 		if !ok {
