@@ -311,4 +311,3 @@ func TestShallowConcurrencyProperty(t *testing.T) {
 	}
 	e.assertEmpty(t)
 }
-
