@@ -232,6 +232,10 @@ bootstrap() {
   c osd pool create "$RBD_POOL" 8 8 >/dev/null 2>&1
   timeout 60 rbd -c "$CONF" pool init "$RBD_POOL"
   wait_for "fs volume create $FS_NAME" vol_create
+  # tests SIGKILL FUSE clients on purpose; their stale sessions would hold capabilities (and
+  # block the volumes module) for the default 300 s
+  c fs set "$FS_NAME" session_timeout 30 >/dev/null
+  c fs set "$FS_NAME" session_autoclose 35 >/dev/null
   wait_for "mds active" mds_active
   wait_for "all pgs active+clean" pgs_clean
   touch "$CEPH_DIR/.bootstrapped"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/driver"
+	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/version"
 	"k8s.io/klog/v2"
 )
@@ -40,8 +41,12 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.ConnIdleTTL, "conn-idle-ttl", 5*time.Minute, "close Ceph connections unused for this long")
 	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", 5*time.Second, "bound on one /healthz check")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight RPCs get to finish after SIGTERM")
-	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/monoceph", "node-private state: FUSE mount points and key files")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/run/monoceph", "node-private state: FUSE mount points, staging records, CephFS recovery keys (keep it on a tmpfs)")
 	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
+	fs.StringVar(&cfg.CSIAddonsEndpoint, "csi-addons-endpoint", "", "csi-addons endpoint (network fencing), unix:///path/to/csi-addons.sock; controller and all modes (empty: off)")
+	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
+	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", fence.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")
+	fs.IntVar(&cfg.FenceFallbackMaxPrefixV6, "fence-fallback-max-prefix-v6", fence.DefaultFallbackMaxPrefixV6, "on monitors without range blocklisting, widest IPv6 range fenced address by address (112-128)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err

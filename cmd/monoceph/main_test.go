@@ -91,7 +91,7 @@ func TestServeHealthAndSIGTERM(t *testing.T) {
 			sock := filepath.Join(t.TempDir(), "csi.sock")
 			addr := freeAddr(t)
 			args := []string{"--type=rbd", "--mode=all", "--endpoint=unix://" + sock, "--nodeid=n1",
-				"--cluster-config", writeMap(t, tt.clusters), "--metrics-address=" + addr, "--health-timeout=2s"}
+				"--cluster-config", writeMap(t, tt.clusters), "--metrics-address=" + addr, "--health-timeout=2s", "--state-dir=" + t.TempDir()}
 			var stderr bytes.Buffer
 			done := make(chan int, 1)
 			go func() { done <- run(args, io.Discard, &stderr) }()

@@ -13,7 +13,8 @@ type Commander struct {
 	conn *Conn
 }
 
-// NewCommander binds conn to ctx for one RPC's administrative commands.
+// NewCommander binds conn to ctx for one RPC's administrative commands. conn must come from
+// Pool.GetForMgr when manager commands go through it (see mgrCommands).
 func NewCommander(ctx context.Context, conn *Conn) Commander { return Commander{ctx: ctx, conn: conn} }
 
 type commandResult struct {
@@ -23,6 +24,9 @@ type commandResult struct {
 
 // MgrCommand implements go-ceph's MgrCommander.
 func (c Commander) MgrCommand(args [][]byte) ([]byte, string, error) {
+	if err := c.conn.mgrOK(); err != nil {
+		return nil, "", err
+	}
 	r, err := Call(c.ctx, c.conn, "mgr command", func(r *rados.Conn) (commandResult, error) {
 		b, s, err := r.MgrCommand(args)
 		return commandResult{b, s}, err

@@ -2,6 +2,7 @@ package ceph
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"strings"
 )
@@ -34,9 +35,11 @@ func NewCredentials(id, key string) (Credentials, error) {
 	if key == "" {
 		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserKey)
 	}
-	// A cephx key is 16 bytes of header plus 16 of secret, base64 encoded; reject anything that
-	// is not base64 before librados sees it (its error would echo the value).
-	if _, err := base64.StdEncoding.DecodeString(key); err != nil {
+	// librados prints a key it cannot decode to stderr, so check the structure here: an
+	// encoded CryptoKey is u16 type (1: AES), 8 bytes of creation time, u16 secret length (16)
+	// and the 16-byte secret.
+	raw, err := base64.StdEncoding.DecodeString(key)
+	if err != nil || len(raw) != 28 || binary.LittleEndian.Uint16(raw[0:2]) != 1 || binary.LittleEndian.Uint16(raw[10:12]) != 16 {
 		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", SecretUserKey)
 	}
 	return Credentials{ID: id, key: &key}, nil

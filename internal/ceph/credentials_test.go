@@ -21,6 +21,8 @@ func TestCredentialsFromSecrets(t *testing.T) {
 		{"no key", map[string]string{"userID": "admin"}, "", `"userKey" is missing`},
 		{"bad id", map[string]string{"userID": "a b", "userKey": testKey}, "", "not a Ceph user name"},
 		{"not base64", map[string]string{"userID": "admin", "userKey": "not base64 !"}, "", "not a base64"},
+		{"base64 but no key", map[string]string{"userID": "admin", "userKey": "AQBtb25vY2VwaC10ZXN0LXNlY3JldC1rZXkteHl6"}, "", "not a base64"},
+		{"wrong type", map[string]string{"userID": "admin", "userKey": "AgDrzwFrbERaOBAAIC0hFOr9eFaKm3LeRoT64w=="}, "", "not a base64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -106,7 +106,10 @@ func Errno(err error) int {
 }
 
 func kindOf(errno int) error {
-	switch syscall.Errno(-errno) {
+	if errno < 0 {
+		errno = -errno // librados answers -errno, some command paths +errno
+	}
+	switch syscall.Errno(errno) {
 	case syscall.ENOENT, syscall.ENXIO, syscall.ENODEV:
 		return ErrNotFound
 	case syscall.EEXIST:

@@ -57,3 +57,10 @@ func TestWrapClassifies(t *testing.T) {
 		t.Error("Errno lost through wrapping")
 	}
 }
+
+func TestWrapPositiveErrno(t *testing.T) {
+	// rados_mgr_command answers a timeout as +110
+	if err := Wrap("mgr command", fakeErrno(110)); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Wrap(+110) = %v, not ErrTimeout", err)
+	}
+}

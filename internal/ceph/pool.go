@@ -54,6 +54,7 @@ type Pool struct {
 type entry struct {
 	key     string
 	monHost string
+	flavor  flavor
 	ready   chan struct{} // closed when the connection attempt finished
 	conn    *rados.Conn   // set before ready is closed, when err is nil
 	err     error
@@ -90,6 +91,14 @@ type Conn struct {
 // Rados is the underlying connection. Do not Shutdown it; Release the Conn instead.
 func (c *Conn) Rados() *rados.Conn { return c.e.conn }
 
+// mgrOK refuses manager commands on connections that would crash on their timeout.
+func (c *Conn) mgrOK() error {
+	if c.e.flavor != mgrCommands {
+		return NewError("mgr command", ErrInvalid, "manager commands need a connection from Pool.GetForMgr")
+	}
+	return nil
+}
+
 // Release gives the share back. Safe to call more than once.
 func (c *Conn) Release() { c.once.Do(func() { c.pool.release(c.e) }) }
 
@@ -113,9 +122,24 @@ func (p *Pool) Stats() PoolStats {
 	return s
 }
 
-func poolKey(monHost string, cred Credentials) string {
+// flavor separates connections by what they may carry.
+type flavor string
+
+const (
+	// general connections carry OSD ops and monitor commands, each bounded by librados'
+	// own op timeouts.
+	general flavor = "general"
+	// mgrCommands connections carry manager commands and run without rados_mon_op_timeout:
+	// Pacific's librados returns from a timed-out rados_mgr_command while the manager's late
+	// reply is still to be written into the caller's freed buffers, which crashes the process
+	// (reproduced here by SIGSTOPping the mgr: segfault on SIGCONT). Call still bounds the
+	// caller with the RPC's deadline; the abandoned call finishes when the manager answers.
+	mgrCommands flavor = "mgr"
+)
+
+func poolKey(monHost string, cred Credentials, f flavor) string {
 	h := sha256.New()
-	for _, s := range []string{monHost, cred.ID, cred.Key()} {
+	for _, s := range []string{monHost, cred.ID, cred.Key(), string(f)} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
@@ -126,7 +150,16 @@ func poolKey(monHost string, cred Credentials) string {
 // callers for the same key share one connection attempt. ctx bounds the wait, and the
 // connection attempt itself is bounded by Timeouts.Connect.
 func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
-	key := poolKey(monHost, cred)
+	return p.get(ctx, monHost, cred, general)
+}
+
+// GetForMgr is Get for a connection that may carry manager commands (see mgrCommands).
+func (p *Pool) GetForMgr(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
+	return p.get(ctx, monHost, cred, mgrCommands)
+}
+
+func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flavor) (*Conn, error) {
+	key := poolKey(monHost, cred, f)
 	p.mu.Lock()
 	if p.entries == nil {
 		p.mu.Unlock()
@@ -134,7 +167,7 @@ func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn
 	}
 	e := p.entries[key]
 	if e == nil || e.broken {
-		e = &entry{key: key, monHost: monHost, ready: make(chan struct{})}
+		e = &entry{key: key, monHost: monHost, flavor: f, ready: make(chan struct{})}
 		p.entries[key] = e
 		p.dials++
 		go p.connect(e, monHost, cred)
@@ -162,7 +195,7 @@ func (p *Pool) Existing(monHost string) (*Conn, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, e := range p.entries {
-		if e.monHost != monHost || e.broken {
+		if e.monHost != monHost || e.flavor != general || e.broken {
 			continue
 		}
 		select {
@@ -183,7 +216,7 @@ func seconds(d time.Duration) string {
 
 func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
 	op := "connect to " + monHost + " as client." + cred.ID
-	conn, err := dial(monHost, cred, p.opts.Timeouts)
+	conn, err := dial(monHost, cred, p.opts.Timeouts, e.flavor)
 	if err != nil {
 		if errors.Is(Wrap(op, err), ErrPermission) {
 			// cephx refused the user or key: the caller's secret is wrong, not its rights
@@ -206,7 +239,7 @@ func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
 	close(e.ready)
 }
 
-func dial(monHost string, cred Credentials, t Timeouts) (*rados.Conn, error) {
+func dial(monHost string, cred Credentials, t Timeouts, f flavor) (*rados.Conn, error) {
 	conn, err := rados.NewConnWithUser(cred.ID)
 	if err != nil {
 		return nil, err
@@ -223,6 +256,9 @@ func dial(monHost string, cred Credentials, t Timeouts) (*rados.Conn, error) {
 		{"client_mount_timeout", seconds(t.Connect)},
 		{"rados_osd_op_timeout", seconds(t.Op)},
 		{"rados_mon_op_timeout", seconds(t.Op)},
+	}
+	if f == mgrCommands {
+		opts[len(opts)-1][1] = "0"
 	}
 	for _, o := range opts {
 		if err := conn.SetConfigOption(o[0], o[1]); err != nil {

@@ -3,6 +3,7 @@ package cephfs
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
@@ -20,6 +21,9 @@ type Options struct {
 	Locks    *server.OpLocks
 	// DefaultSize is the quota of a volume whose request names no capacity.
 	DefaultSize int64
+	// CloneWait is how long CreateVolume waits for a clone to finish before answering
+	// ABORTED (the CO retries): small clones complete in a few seconds and need no retry.
+	CloneWait time.Duration
 }
 
 // Controller is the CSI Controller service for CephFS.
@@ -37,6 +41,9 @@ type Controller struct {
 func NewController(o Options) *Controller {
 	if o.DefaultSize <= 0 {
 		o.DefaultSize = 1 << 30
+	}
+	if o.CloneWait <= 0 {
+		o.CloneWait = 8 * time.Second
 	}
 	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o, groups: map[string]bool{}}
 }

@@ -35,7 +35,7 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 		err = controller.NotFoundf("volume %q does not exist", raw)
 	}
 	if err != nil {
-		s.conn.Release()
+		s.release()
 		return site{}, nil, err
 	}
 	return s, rec, nil
@@ -69,7 +69,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, err
 	}
-	defer s.conn.Release()
+	defer s.release()
 	if rec.Attrs[attrKind] == kindShallow {
 		return nil, status.Errorf(codes.InvalidArgument, "volume_id %q is a shallow read-only volume: it cannot be expanded", raw)
 	}
@@ -99,7 +99,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err != nil {
 		return nil, err
 	}
-	defer s.conn.Release()
+	defer s.release()
 	if rec.Attrs[attrKind] != kindShallow {
 		if _, err := s.admin.SubVolumePath(s.fs.Name, rec.Attrs[attrGroup], subvolumeName(rec.UID)); err != nil {
 			if isNotFound(err) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ceph/go-ceph/cephfs/admin"
 	"github.com/ceph/go-ceph/rados"
+	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/journal"
 )
@@ -113,21 +114,44 @@ func dumpFilesystems(ctx context.Context, conn *ceph.Conn) ([]filesystem, error)
 	})
 }
 
-// site is one RPC's view of a filesystem: the connection, the admin client bound to the RPC's
-// deadline, and where the journal lives.
+// site is one RPC's view of a filesystem: its connections, the volumes-module client bound to
+// the RPC's deadline, and where the journal lives.
 type site struct {
-	conn      *ceph.Conn
+	conn      *ceph.Conn // RADOS objects and monitor commands
+	mgr       *ceph.Conn // manager commands (see ceph.Pool.GetForMgr)
 	fs        filesystem
 	admin     *admin.FSAdmin
 	namespace string
 }
 
-func newSite(ctx context.Context, conn *ceph.Conn, fs filesystem, namespace string) site {
-	return site{conn: conn, fs: fs, admin: admin.NewFromConn(ceph.NewCommander(ctx, conn)), namespace: namespace}
+func (s site) journal() journal.Location { return journalAt(s.conn, s.fs, s.namespace) }
+
+func journalAt(conn *ceph.Conn, fs filesystem, namespace string) journal.Location {
+	return journal.Location{Conn: conn, Pool: fs.MetadataPool, Namespace: namespace}
 }
 
-func (s site) journal() journal.Location {
-	return journal.Location{Conn: s.conn, Pool: s.fs.MetadataPool, Namespace: s.namespace}
+func (s site) release() {
+	s.conn.Release()
+	s.mgr.Release()
+}
+
+// openSite connects for one RPC and resolves the filesystem, by name (fscid < 0) or by ID.
+func (c *Controller) openSite(ctx context.Context, cl v1.Cluster, secrets map[string]string, name string, fscid int64) (site, error) {
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		return site{}, err
+	}
+	fs, err := c.fss.lookup(ctx, cl.ClusterID, conn, name, fscid)
+	if err != nil {
+		conn.Release()
+		return site{}, err
+	}
+	mgr, err := c.ConnectMgr(ctx, cl, secrets)
+	if err != nil {
+		conn.Release()
+		return site{}, err
+	}
+	return site{conn: conn, mgr: mgr, fs: fs, admin: admin.NewFromConn(ceph.NewCommander(ctx, mgr)), namespace: journalNamespace(cl)}, nil
 }
 
 // classify gives a volumes-module error its class (go-ceph wraps the errno).

@@ -77,12 +77,17 @@ func newEnvIn(t testing.TB, tag string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
+	mgr, err := pool.GetForMgr(context.Background(), cl.Monitors, cl.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mgr.Release)
 	io, err := conn.Rados().OpenIOContext("cephfs." + cl.FSName + ".meta")
 	if err != nil {
 		t.Fatal(err)
 	}
 	io.SetNamespace(tag)
-	e := &env{cl: cl, client: csi.NewControllerClient(cc), ctrl: ctrl, conn: conn, fsa: admin.NewFromConn(conn.Rados()), group: tag, io: io}
+	e := &env{cl: cl, client: csi.NewControllerClient(cc), ctrl: ctrl, conn: conn, fsa: admin.NewFromConn(mgr.Rados()), group: tag, io: io}
 	if owned {
 		t.Cleanup(func() { e.purge() })
 	} else {

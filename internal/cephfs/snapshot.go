@@ -59,7 +59,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	defer s.conn.Release()
+	defer s.release()
 	vol, err := journal.Get(ctx, s.journal(), journal.Volume, src.UID)
 	if err != nil {
 		return nil, err
@@ -123,19 +123,11 @@ func snapshotFromRecord(rec journal.Record, id volid.CephFSSnapshot) (*csi.Snaps
 // siteOf connects and resolves a filesystem ID; a filesystem that no longer exists is NOT_FOUND
 // for what.
 func (c *Controller) siteOf(ctx context.Context, cl v1.Cluster, fscid int64, secrets map[string]string, what string) (site, error) {
-	conn, err := c.Connect(ctx, cl, secrets)
-	if err != nil {
-		return site{}, err
+	s, err := c.openSite(ctx, cl, secrets, "", fscid)
+	if errors.Is(err, ceph.ErrNotFound) {
+		return site{}, controller.NotFoundf("%s does not exist", what)
 	}
-	fs, err := c.fss.lookup(ctx, cl.ClusterID, conn, "", fscid)
-	if err != nil {
-		conn.Release()
-		if errors.Is(err, ceph.ErrNotFound) {
-			return site{}, controller.NotFoundf("%s does not exist", what)
-		}
-		return site{}, err
-	}
-	return newSite(ctx, conn, fs, journalNamespace(cl)), nil
+	return s, err
 }
 
 // DeleteSnapshot drops the snapshot's own reference; the Ceph snapshot goes when no shallow
@@ -165,7 +157,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return nil, err
 	}
-	defer s.conn.Release()
+	defer s.release()
 	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, id.SnapUID)
 	if err != nil || rec == nil {
 		return &csi.DeleteSnapshotResponse{}, err
@@ -249,7 +241,7 @@ func (c *Controller) listIn(ctx context.Context, clusterID string, fscid int64, 
 		if fscid >= 0 && fs.ID != fscid {
 			continue
 		}
-		recs, err := journal.List(ctx, newSite(ctx, conn, fs, journalNamespace(cl)).journal(), journal.Snapshot)
+		recs, err := journal.List(ctx, journalAt(conn, fs, journalNamespace(cl)), journal.Snapshot)
 		if err != nil {
 			return nil, err
 		}

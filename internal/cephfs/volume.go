@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"time"
 
 	"github.com/ceph/go-ceph/cephfs/admin"
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -153,22 +154,18 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.Connect(ctx, r.cluster, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	fs, err := c.fss.lookup(ctx, r.params.ClusterID, conn, r.params.FSName, -1)
+	s, err := c.openSite(ctx, r.cluster, req.GetSecrets(), r.params.FSName, -1)
 	if errors.Is(err, ceph.ErrNotFound) {
 		return nil, controller.InvalidParam(paramFSName, "filesystem %q does not exist", r.params.FSName)
 	}
 	if err != nil {
 		return nil, err
 	}
+	defer s.release()
+	fs := s.fs
 	if _, fscid := r.src.ids(); fscid >= 0 && fscid != fs.ID {
 		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on another filesystem than %q", fs.Name)
 	}
-	s := newSite(ctx, conn, fs, journalNamespace(r.cluster))
 	if r.shallow {
 		b, err := c.backingOf(ctx, s, r.src)
 		if err != nil {
@@ -331,6 +328,21 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 	if err != nil {
 		return classify("clone status of "+name, err)
 	}
+	// wait a little, within the RPC's deadline, for a clone that is about to finish
+	wait := time.Now().Add(c.opts.CloneWait)
+	if dl, ok := ctx.Deadline(); ok && dl.Add(-time.Second).Before(wait) {
+		wait = dl.Add(-time.Second)
+	}
+	for (st.State == admin.ClonePending || st.State == admin.CloneInProgress) && time.Now().Before(wait) {
+		select {
+		case <-ctx.Done():
+			return classify("wait for clone", ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+		if st, err = s.admin.CloneStatus(fs, group, name); err != nil {
+			return classify("clone status of "+name, err)
+		}
+	}
 	switch st.State {
 	case admin.CloneComplete:
 	case admin.ClonePending, admin.CloneInProgress:
@@ -378,19 +390,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.Connect(ctx, cl, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	fs, err := c.fss.lookup(ctx, cl.ClusterID, conn, "", id.FSCID)
+	s, err := c.openSite(ctx, cl, req.GetSecrets(), "", id.FSCID)
 	if errors.Is(err, ceph.ErrNotFound) {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	s := newSite(ctx, conn, fs, journalNamespace(cl))
+	defer s.release()
 	rec, err := journal.Get(ctx, s.journal(), journal.Volume, id.UID)
 	if err != nil || rec == nil {
 		return &csi.DeleteVolumeResponse{}, err

@@ -45,6 +45,15 @@ func (b Base) Connect(ctx context.Context, cl v1.Cluster, secrets map[string]str
 	return b.Pool.Get(ctx, cl.MonHost(), cred)
 }
 
+// ConnectMgr is Connect for a connection that carries manager commands (ceph.Pool.GetForMgr).
+func (b Base) ConnectMgr(ctx context.Context, cl v1.Cluster, secrets map[string]string) (*ceph.Conn, error) {
+	cred, err := ceph.CredentialsFromSecrets(secrets)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
+	}
+	return b.Pool.GetForMgr(ctx, cl.MonHost(), cred)
+}
+
 // InvalidParam is INVALID_ARGUMENT naming a parameter.
 func InvalidParam(key, format string, a ...any) error {
 	return status.Errorf(codes.InvalidArgument, "parameters[%q]: %s", key, fmt.Sprintf(format, a...))

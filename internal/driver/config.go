@@ -52,6 +52,14 @@ type Config struct {
 	// RBDMaxCloneDepth is the parent chain length past which new clones are flattened.
 	RBDMaxCloneDepth int
 
+	// CSIAddonsEndpoint is the csi-addons socket (Identity, FenceController); "" serves none.
+	CSIAddonsEndpoint string
+	// FenceExpiry is how long fence entries live (0: fence.DefaultExpiry).
+	FenceExpiry time.Duration
+	// FenceFallbackMaxPrefixV4 and V6 bound the per-address fallback (0: fence defaults).
+	FenceFallbackMaxPrefixV4 int
+	FenceFallbackMaxPrefixV6 int
+
 	CephTimeouts  ceph.Timeouts
 	ConnIdleTTL   time.Duration
 	HealthTimeout time.Duration
@@ -108,5 +116,5 @@ func (c *Config) Complete() error {
 			return fmt.Errorf("%s=%v: must be positive", name, d)
 		}
 	}
-	return nil
+	return c.completeCSIAddons()
 }

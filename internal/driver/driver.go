@@ -3,14 +3,19 @@ package driver
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephfs"
+	cephfsnode "github.com/monoceph/monoceph/internal/cephfs/node"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/health"
 	"github.com/monoceph/monoceph/internal/rbd"
+	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,9 +32,13 @@ type Driver struct {
 	metrics  *server.Metrics
 	health   *health.Checker
 
-	grpc  *server.GRPC
-	http  *server.HTTP
-	ready atomic.Bool
+	// recover repairs broken FUSE mounts left by an earlier run (CephFS node only)
+	recover func(context.Context) error
+
+	grpc   *server.GRPC
+	addons *server.GRPC // the csi-addons socket; nil when off
+	http   *server.HTTP
+	ready  atomic.Bool
 }
 
 // New validates cfg, loads the cluster map and opens the listeners, so every misconfiguration
@@ -62,14 +71,34 @@ func New(cfg Config) (*Driver, error) {
 		}
 		return nil, fmt.Errorf("--endpoint: %w", err)
 	}
+	if cfg.CSIAddonsEndpoint != "" {
+		if d.addons, err = server.NewGRPC(cfg.CSIAddonsEndpoint, d.metrics); err != nil {
+			d.grpc.Shutdown(0)
+			if d.http != nil {
+				d.http.Shutdown(0)
+			}
+			return nil, fmt.Errorf("--csi-addons-endpoint: %w", err)
+		}
+	}
 	d.pool = ceph.NewPool(ceph.PoolOptions{Timeouts: cfg.CephTimeouts, IdleTTL: cfg.ConnIdleTTL})
-	d.register()
+	if err := d.register(); err != nil {
+		d.grpc.Shutdown(0)
+		if d.addons != nil {
+			d.addons.Shutdown(0)
+		}
+		if d.http != nil {
+			d.http.Shutdown(0)
+		}
+		d.pool.Close()
+		return nil, err
+	}
+	d.registerCSIAddons()
 	return d, nil
 }
 
 // register adds every service this type and mode serves. The Identity capabilities are
 // derived from what was registered here, and nowhere else.
-func (d *Driver) register() {
+func (d *Driver) register() error {
 	var caps []*csi.PluginCapability
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
 		csi.RegisterControllerServer(d.grpc.Server, rbd.NewController(rbd.Options{
@@ -78,9 +107,41 @@ func (d *Driver) register() {
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
 	}
+	if d.cfg.Type == TypeCephFS && d.cfg.RunsController() {
+		csi.RegisterControllerServer(d.grpc.Server, cephfs.NewController(cephfs.Options{
+			Clusters: d.clusters, Pool: d.pool, Locks: d.locks,
+		}))
+		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
+			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
+	}
+	if d.cfg.RunsNode() {
+		ns, err := d.nodeServer()
+		if err != nil {
+			return err
+		}
+		csi.RegisterNodeServer(d.grpc.Server, ns)
+	}
 	csi.RegisterIdentityServer(d.grpc.Server, &identity{
 		name: d.cfg.DriverName, version: version.Get(), caps: caps, ready: &d.ready,
 	})
+	return nil
+}
+
+// nodeServer builds the node service of the configured type; its state lives under
+// --state-dir, one directory per driver name so both drivers can share a node.
+func (d *Driver) nodeServer() (csi.NodeServer, error) {
+	stateDir := filepath.Join(d.cfg.StateDir, d.cfg.DriverName)
+	switch d.cfg.Type {
+	case TypeRBD:
+		return rbdnode.New(rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: d.cfg.CephTimeouts.Op})
+	case TypeCephFS:
+		ns, err := cephfsnode.New(cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: d.cfg.CephTimeouts.Op})
+		if err == nil {
+			d.recover = ns.Recover
+		}
+		return ns, err
+	}
+	return nil, fmt.Errorf("--type=%s has no node service", d.cfg.Type)
 }
 
 // SocketPath is where the CSI socket listens.
@@ -97,7 +158,7 @@ func (d *Driver) MetricsAddr() string {
 // Run serves until ctx ends (SIGTERM), then stops gracefully: in-flight RPCs get
 // ShutdownGrace to finish, the socket file is removed and Ceph connections are closed.
 func (d *Driver) Run(ctx context.Context) error {
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	var wg sync.WaitGroup
 	serve := func(name string, f func() error) {
 		wg.Add(1)
@@ -109,12 +170,26 @@ func (d *Driver) Run(ctx context.Context) error {
 		}()
 	}
 	serve("CSI gRPC server", d.grpc.Serve)
+	if d.addons != nil {
+		serve("csi-addons gRPC server", d.addons.Serve)
+	}
 	if d.http != nil {
 		serve("metrics server", d.http.Serve)
 	}
+	if d.recover != nil {
+		// in the background: Probe must answer while mounts are repaired, and a CO that
+		// publishes meanwhile repairs its own volume (the per-volume lock keeps them apart)
+		go func() {
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+			defer cancel()
+			if err := d.recover(rctx); err != nil {
+				klog.ErrorS(err, "Repairing FUSE mounts from an earlier run failed")
+			}
+		}()
+	}
 	d.ready.Store(true)
 	klog.InfoS("monoceph serving", "driver", d.cfg.DriverName, "version", version.Get(), "type", d.cfg.Type,
-		"mode", d.cfg.Mode, "socket", d.grpc.Path(), "metrics", d.MetricsAddr(), "clusters", len(d.clusters.Map()))
+		"mode", d.cfg.Mode, "socket", d.grpc.Path(), "csiAddonsSocket", d.CSIAddonsSocketPath(), "metrics", d.MetricsAddr(), "clusters", len(d.clusters.Map()))
 
 	var runErr error
 	select {
@@ -125,6 +200,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	d.ready.Store(false)
 	d.grpc.Shutdown(d.cfg.ShutdownGrace)
+	if d.addons != nil {
+		d.addons.Shutdown(d.cfg.ShutdownGrace)
+	}
 	if d.http != nil {
 		d.http.Shutdown(d.cfg.ShutdownGrace)
 	}

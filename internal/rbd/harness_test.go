@@ -15,7 +15,6 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -206,10 +205,6 @@ func (e *env) read(t *testing.T, image string, off int64, n int) []byte {
 		t.Fatal(err)
 	}
 	return buf
-}
-
-func (e *env) loc() journal.Location {
-	return journal.Location{Conn: e.conn, Pool: e.cl.RBDPool, Namespace: e.ns}
 }
 
 func mustVol(t *testing.T, id string) volid.RBDVolume {

@@ -28,7 +28,7 @@ import (
 )
 
 const (
-	secretKey   = "AQBtb25vY2VwaC10ZXN0LXNlY3JldC1rZXkteHl6"
+	secretKey   = "AQAAAAAAAAAAABAAbW9ub2NlcGgtc2VjcmV0IQ=="
 	secretToken = "eyJhbGciOiJSUzI1NiJ9.SECRET-TOKEN"
 )
 

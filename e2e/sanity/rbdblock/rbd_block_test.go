@@ -5,10 +5,6 @@ import (
 	"testing"
 
 	"github.com/monoceph/monoceph/e2e/sanity/sanitytest"
-	"github.com/monoceph/monoceph/internal/driver"
 )
 
-func TestSanityRBDBlock(t *testing.T) {
-	sanitytest.Run(t, sanitytest.Options{Type: driver.TypeRBD, AccessType: "block",
-		Parameters: map[string]string{"pool": "rbd", "mounter": "fuse"}})
-}
+func TestSanityRBDBlock(t *testing.T) { sanitytest.RBD(t, "block") }

@@ -28,6 +28,12 @@ type Options struct {
 	// Parameters are the StorageClass parameters of every test volume; clusterID and secrets
 	// are added.
 	Parameters map[string]string
+	// ClusterMap, if set, is the cluster map entry's JSON fields after clusterID and monitors
+	// (e.g. `"cephFS":{"subvolumeGroup":"x"}`).
+	ClusterMap string
+	// Leftovers, if set, runs after the suite and reports what the run left in Ceph; anything
+	// it returns fails the test.
+	Leftovers func(t *testing.T) []string
 }
 
 // skipped collects skipped specs for the summary.
@@ -52,7 +58,11 @@ func Run(t *testing.T, o Options) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	clusters := filepath.Join(dir, "clusters.json")
-	if err := os.WriteFile(clusters, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]}]`, cl.ID, cl.Monitors)), 0o600); err != nil {
+	extra := ""
+	if o.ClusterMap != "" {
+		extra = "," + o.ClusterMap
+	}
+	if err := os.WriteFile(clusters, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]%s}]`, cl.ID, cl.Monitors, extra)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	d, err := driver.New(driver.Config{
@@ -108,5 +118,10 @@ func Run(t *testing.T, o Options) {
 	t.Logf("%d specs skipped:", len(skipped))
 	for _, s := range skipped {
 		t.Log("  SKIPPED " + s)
+	}
+	if o.Leftovers != nil {
+		if left := o.Leftovers(t); len(left) > 0 {
+			t.Errorf("the sanity run left %d things in Ceph: %v", len(left), left)
+		}
 	}
 }

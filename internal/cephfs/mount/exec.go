@@ -1,0 +1,106 @@
+package mount
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Executor runs one external command to completion and returns its combined output.
+type Executor interface {
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// CommandError is a command that did not start, exited non-zero or ran out of time.
+type CommandError struct {
+	Name     string
+	Args     []string // never holds a secret: keys travel in files
+	ExitCode int      // -1 when the command did not exit on its own
+	Output   string
+	Err      error
+}
+
+// maxOutput bounds how much of a failed command's output an error message carries.
+const maxOutput = 1024
+
+func (e *CommandError) Error() string {
+	out := strings.TrimSpace(e.Output)
+	if len(out) > maxOutput {
+		out = "..." + out[len(out)-maxOutput:]
+	}
+	msg := fmt.Sprintf("%s %s: %v", e.Name, strings.Join(e.Args, " "), e.Err)
+	if out != "" {
+		msg += ": " + out
+	}
+	return msg
+}
+
+func (e *CommandError) Unwrap() error { return e.Err }
+
+// redact removes secret from a command error's output. ceph-fuse prints a key it fails to
+// decode ("auth: failed to decode key '...'"), and the output ends up in RPC errors and logs.
+func redact(err error, secret string) error {
+	var ce *CommandError
+	if secret == "" || !errors.As(err, &ce) {
+		return err
+	}
+	ce.Output = strings.ReplaceAll(ce.Output, secret, "<redacted>")
+	return err
+}
+
+// waitDelay bounds how long Run waits for the output pipes after the command exited, in case a
+// daemon a mount helper forked keeps them open.
+const waitDelay = 2 * time.Second
+
+// NewExecutor runs commands on the host, each bounded by timeout and by ctx.
+func NewExecutor(timeout time.Duration) Executor {
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	return hostExecutor{timeout: timeout}
+}
+
+type hostExecutor struct{ timeout time.Duration }
+
+func (x hostExecutor) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, x.timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = commandEnv()
+	cmd.WaitDelay = waitDelay
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	if err == nil {
+		return out.Bytes(), nil
+	}
+	ce := &CommandError{Name: name, Args: args, ExitCode: -1, Output: out.String(), Err: err}
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		// the deadline, not "signal: killed", so callers map it to DEADLINE_EXCEEDED
+		ce.Err = fmt.Errorf("%w (after %s)", ctx.Err(), x.timeout)
+	case errors.As(err, &ee):
+		ce.ExitCode = ee.ExitCode()
+	}
+	return out.Bytes(), ce
+}
+
+// commandEnv is the plugin's environment without Ceph's variables: CEPH_ARGS or CEPH_CONF
+// would silently change where ceph-fuse connects and as whom (a test shell exports the admin
+// keyring in CEPH_ARGS). LC_ALL=C keeps messages in the English the callers match on.
+func commandEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "CEPH_") || strings.HasPrefix(kv, "LC_ALL=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C")
+}

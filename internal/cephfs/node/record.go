@@ -1,0 +1,273 @@
+package node
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// record is what NodeStageVolume set up at a staging path. It is written before anything is
+// mounted and again after each change, so a plugin killed at any point leaves enough behind
+// for NodeUnstageVolume to undo it and for Recover to redo it. It never holds the key.
+type record struct {
+	Version     int    `json:"version"`
+	VolumeID    string `json:"volumeID"`
+	State       string `json:"state"`
+	StagingPath string `json:"stagingPath"`
+	ClusterID   string `json:"clusterID"`
+	FSName      string `json:"fsName"`
+	// RootPath is the volume context's root path; MountedPath what is mounted at the staging
+	// path (the parent of RootPath for a shallow volume the driver created).
+	RootPath    string `json:"rootPath"`
+	MountedPath string `json:"mountedPath"`
+	// Mounter is the mounter used (fuse or kernel); RequestedMounter what the volume context
+	// asked for ("" lets the node choose).
+	Mounter          string `json:"mounter"`
+	RequestedMounter string `json:"requestedMounter,omitempty"`
+	// Options are the mounter options used: the volume's and the capability's mount flags.
+	Options  []string `json:"options,omitempty"`
+	ReadOnly bool     `json:"readOnly"`
+	Shallow  *shallow `json:"shallow,omitempty"`
+	// CephUser is the Ceph user the mount authenticated as.
+	CephUser string `json:"cephUser"`
+	// WorkDir is the volume's private directory under the state directory.
+	WorkDir string   `json:"workDir"`
+	Targets []target `json:"targets,omitempty"`
+}
+
+// shallow describes a shallow (snapshot-backed, read-only) volume.
+type shallow struct {
+	SnapshotName string `json:"snapshotName"`
+	// SnapshotDir is the snapshot's directory relative to the staging path:
+	// .snap/<snapshot>/<uuid>, or .snap/<snapshot> for a pre-provisioned root path.
+	SnapshotDir string `json:"snapshotDir"`
+}
+
+// target is a path the volume is published at.
+type target struct {
+	Path     string `json:"path"`
+	ReadOnly bool   `json:"readOnly"`
+}
+
+const (
+	recordVersion = 1
+	// stateMounting: staging began; the mount may or may not exist.
+	stateMounting = "mounting"
+	// stateStaged: mounted at the staging path (it may have broken since).
+	stateStaged = "staged"
+)
+
+// recordSuffix names the record next to the staging path.
+const recordSuffix = ".monoceph.json"
+
+func recordPath(stagingPath string) string { return filepath.Clean(stagingPath) + recordSuffix }
+
+// readRecord returns the record of a staging path, or nil when there is none.
+func readRecord(stagingPath string) (*record, error) {
+	b, err := os.ReadFile(recordPath(stagingPath))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("staging record %s: %w", recordPath(stagingPath), err)
+	}
+	if r.Version != recordVersion {
+		return nil, fmt.Errorf("staging record %s: version %d, want %d", recordPath(stagingPath), r.Version, recordVersion)
+	}
+	return &r, nil
+}
+
+// write replaces the record atomically (temporary file, fsync, rename, fsync of the
+// directory): a crash leaves the old record or the new one, never a torn file.
+func (r *record) write() error {
+	r.Version = recordVersion
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(recordPath(r.StagingPath), append(b, '\n'), 0o600)
+}
+
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func (r *record) remove() error { return ignoreNotExist(os.Remove(recordPath(r.StagingPath))) }
+
+// source is what publishing binds: the staging path, or the snapshot directory in it.
+func (r *record) source() string {
+	if r.Shallow != nil {
+		return filepath.Join(r.StagingPath, r.Shallow.SnapshotDir)
+	}
+	return r.StagingPath
+}
+
+// addTarget records a publish target; it reports whether the record changed.
+func (r *record) addTarget(path string, readOnly bool) bool {
+	t := target{Path: path, ReadOnly: readOnly}
+	i := slices.IndexFunc(r.Targets, func(t target) bool { return t.Path == path })
+	if i >= 0 {
+		changed := r.Targets[i] != t
+		r.Targets[i] = t
+		return changed
+	}
+	r.Targets = append(r.Targets, t)
+	return true
+}
+
+// removeTarget forgets a publish target; it reports whether the record changed.
+func (r *record) removeTarget(path string) bool {
+	n := len(r.Targets)
+	r.Targets = slices.DeleteFunc(r.Targets, func(t target) bool { return t.Path == path })
+	return len(r.Targets) != n
+}
+
+func (r *record) hasTarget(path string) bool {
+	return slices.ContainsFunc(r.Targets, func(t target) bool { return t.Path == path })
+}
+
+// conflict explains why a stage request does not match what is staged, or returns "".
+func (r *record) conflict(req stageRequest, options []string) string {
+	v := req.vol
+	switch {
+	case r.ClusterID != v.ClusterID || r.FSName != v.FSName || r.RootPath != v.RootPath:
+		return fmt.Sprintf("it holds %s:%s of cluster %s", r.FSName, r.RootPath, r.ClusterID)
+	case (r.Shallow != nil) != v.Shallow || r.Shallow != nil && r.Shallow.SnapshotName != v.SnapshotName:
+		if r.Shallow != nil {
+			return fmt.Sprintf("it is a shallow volume of snapshot %q", r.Shallow.SnapshotName)
+		}
+		return "it is not a shallow volume"
+	case v.Mounter != "" && v.Mounter != r.Mounter:
+		return fmt.Sprintf("it is mounted with mounter %s, not %s", r.Mounter, v.Mounter)
+	case !sameItems(r.Options, options):
+		return fmt.Sprintf("it is mounted with options %q", strings.Join(r.Options, ","))
+	case r.ReadOnly != (req.access.readOnly || v.Shallow):
+		return fmt.Sprintf("it is mounted %s", rw(r.ReadOnly))
+	}
+	return ""
+}
+
+func sameItems(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+func rw(readOnly bool) string {
+	if readOnly {
+		return "read-only"
+	}
+	return "read-write"
+}
+
+// workDir is the volume's directory under the state directory. Volume IDs are hashed: they may
+// hold any character and be up to 128 bytes long, and the admin socket path in it must stay
+// within a unix socket's 107 bytes.
+func (s *Server) workDir(volumeID string) string {
+	sum := sha256.Sum256([]byte(volumeID))
+	return filepath.Join(s.opts.StateDir, hex.EncodeToString(sum[:workDirHashBytes]))
+}
+
+const (
+	workDirHashBytes = 12
+	// indexName is a symbolic link in the work directory to the volume's record.
+	indexName = "record"
+)
+
+func (s *Server) writeIndex(r *record) error {
+	link := filepath.Join(r.WorkDir, indexName)
+	if t, err := os.Readlink(link); err == nil && t == recordPath(r.StagingPath) {
+		return nil
+	}
+	tmp := link + ".tmp"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(recordPath(r.StagingPath), tmp); err != nil {
+		return err
+	}
+	return os.Rename(tmp, link)
+}
+
+// indexedRecord follows a work directory's index to its record; nil when either is gone or the
+// record belongs to another volume.
+func indexedRecord(workDir string) (*record, error) {
+	t, err := os.Readlink(filepath.Join(workDir, indexName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	stagingPath, ok := strings.CutSuffix(t, recordSuffix)
+	if !ok {
+		return nil, fmt.Errorf("index %s points to %q, not a staging record", filepath.Join(workDir, indexName), t)
+	}
+	r, err := readRecord(stagingPath)
+	if err != nil || r == nil || filepath.Clean(r.WorkDir) != filepath.Clean(workDir) {
+		return nil, err
+	}
+	return r, nil
+}
+
+// findRecord returns the record of a volume: at stagingPath when given, else through the
+// volume's index. It returns nil when the volume is not staged on this node.
+func (s *Server) findRecord(volumeID, stagingPath string) (*record, error) {
+	var r *record
+	var err error
+	if stagingPath != "" {
+		r, err = readRecord(stagingPath)
+	} else {
+		r, err = indexedRecord(s.workDir(volumeID))
+	}
+	if err != nil || r == nil || r.VolumeID != volumeID {
+		return nil, err
+	}
+	return r, nil
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

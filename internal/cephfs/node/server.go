@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/server"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// Options configure the node service.
+type Options struct {
+	NodeID string
+	// StateDir is node-private (0700): key files, per-mount admin sockets and logs, recovery
+	// keys. Keep it on a tmpfs (under /run) so recovery keys never reach a disk.
+	StateDir string
+	Clusters *clustermap.Store
+	// Locks serialise operations per volume; a busy volume answers ABORTED.
+	Locks *server.OpLocks
+	// Timeout bounds each mount helper and external command.
+	Timeout time.Duration
+}
+
+// DefaultTimeout is Options.Timeout when unset.
+const DefaultTimeout = time.Minute
+
+// Server implements csi.NodeServer for CephFS volumes.
+type Server struct {
+	csi.UnimplementedNodeServer
+
+	opts     Options
+	x        mount.Executor
+	mounters map[string]mount.Mounter
+}
+
+var _ csi.NodeServer = (*Server)(nil)
+
+// New checks opts and creates the state directory. A mounter the node lacks is not an error
+// here: only volumes that need it fail to stage.
+func New(opts Options) (*Server, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	x := mount.NewExecutor(opts.Timeout)
+	// half the command timeout: Ceph's own "connection timed out" is a clearer error than the
+	// helper being killed
+	return newServer(opts, x, mount.NewFuse(x, opts.Timeout/2), mount.NewKernel(x))
+}
+
+func newServer(opts Options, x mount.Executor, fuse, kernel mount.Mounter) (*Server, error) {
+	switch {
+	case opts.NodeID == "":
+		return nil, errors.New("cephfs node: a node ID is required")
+	case opts.StateDir == "" || !filepath.IsAbs(opts.StateDir):
+		return nil, fmt.Errorf("cephfs node: the state directory %q is not an absolute path", opts.StateDir)
+	case opts.Clusters == nil:
+		return nil, errors.New("cephfs node: a cluster map is required")
+	case opts.Locks == nil:
+		return nil, errors.New("cephfs node: operation locks are required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	opts.StateDir = filepath.Clean(opts.StateDir)
+	s := &Server{opts: opts, x: x, mounters: map[string]mount.Mounter{mount.NameFuse: fuse, mount.NameKernel: kernel}}
+	// fail at start-up, not at the first FUSE mount, when admin socket paths cannot fit
+	if sock := mount.FuseSocket(s.workDir("")); len(sock) > mount.MaxSocketPath {
+		return nil, fmt.Errorf("cephfs node: state directory %s is too long: admin sockets in it (%s) exceed %d bytes",
+			opts.StateDir, sock, mount.MaxSocketPath)
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cephfs node: state directory: %w", err)
+	}
+	// MkdirAll leaves an existing directory as it is; keys pass through here
+	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("cephfs node: state directory: %w", err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(opts.StateDir, &st); err == nil && st.Type != unix.TMPFS_MAGIC && st.Type != unix.RAMFS_MAGIC {
+		klog.InfoS("The CephFS state directory is not on a tmpfs: recovery keys of FUSE mounts are kept on disk while the volumes are staged",
+			"stateDir", opts.StateDir)
+	}
+	return s, nil
+}
+
+// mounter returns the mounter a volume asks for: FAILED_PRECONDITION naming it when the node
+// lacks it; for "" the kernel client where the node has it, else ceph-fuse. Availability is
+// checked on every use: a module may have been loaded since.
+func (s *Server) mounter(ctx context.Context, requested string) (mount.Mounter, error) {
+	if requested == "" {
+		if s.mounters[mount.NameKernel].Available(ctx) == nil {
+			return s.mounters[mount.NameKernel], nil
+		}
+		requested = volumecontext.MounterFuse
+	}
+	m, ok := s.mounters[requested]
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown mounter %q", requested)
+	}
+	if err := m.Available(ctx); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s: %v", s.opts.NodeID, err)
+	}
+	return m, nil
+}
+
+// NodeGetInfo implements csi.NodeServer.
+func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	// no volume limit (mounts are cheap) and no topology: every node reaches every cluster
+	return &csi.NodeGetInfoResponse{NodeId: s.opts.NodeID}, nil
+}
+
+// NodeGetCapabilities implements csi.NodeServer. No EXPAND_VOLUME: a CephFS quota grows on the
+// cluster and mounts see it at once. CSI 1.13 removed VOLUME_CONDITION (and NodeGetVolumeStats'
+// volume_condition); GET_VOLUME_HEALTH, NodeGetVolumeHealth, replaces it.
+func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// errorStatus converts an error from mounting or a command into a status naming what failed.
+func errorStatus(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := server.CodeOf(err)
+	if errors.Is(err, mount.ErrMounterUnavailable) {
+		code = codes.FailedPrecondition
+	}
+	return status.Errorf(code, "%s: %v", what, err)
+}
+
+func internal(what string, err error) error {
+	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// NodeGetVolumeStats implements csi.NodeServer. A regular volume reports statfs of the mount:
+// both ceph-fuse and the kernel client show the subvolume's quota as the filesystem size and
+// its recursive usage as used. A shallow volume is a read-only snapshot: it reports the
+// snapshot's recursive size and entry count (CephFS's ceph.dir.rbytes and ceph.dir.rentries)
+// as both total and used, and nothing available. It takes no volume lock: statistics must not
+// wait for, or fail because of, a stage or publish.
+func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	r, err := parsePathRequest(req.GetVolumeId(), "volume_path", req.GetVolumePath(), req.GetStagingTargetPath(), true)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	if err != nil {
+		return nil, internal("reading the staging record", err)
+	}
+	if rec == nil || rec.State != stateStaged {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+	}
+	if r.volumePath != rec.StagingPath && !rec.hasTarget(r.volumePath) {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not published at %s", r.volumeID, r.volumePath)
+	}
+	state, _, err := mount.Inspect(ctx, r.volumePath, s.opts.Timeout)
+	switch {
+	case err != nil:
+		return nil, errorStatus("checking volume_path", err)
+	case state == mount.NotMounted:
+		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", r.volumeID, r.volumePath)
+	case state == mount.Broken:
+		// CSI 1.13 has no volume_condition any more; NodeGetVolumeHealth reports it
+		return nil, status.Errorf(codes.FailedPrecondition, "the %s mount of volume %q at %s is broken (%s); the next NodeStageVolume or NodePublishVolume remounts it",
+			rec.Mounter, r.volumeID, r.volumePath, brokenReason)
+	}
+	if rec.Shallow != nil {
+		dir := r.volumePath
+		if r.volumePath == rec.StagingPath {
+			dir = filepath.Join(rec.StagingPath, rec.Shallow.SnapshotDir)
+		}
+		return snapshotStats(dir)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.volumePath, &st); err != nil {
+		return nil, internal("statfs "+r.volumePath, err)
+	}
+	bsize := st.Bsize
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: int64(st.Blocks) * bsize, Available: int64(st.Bavail) * bsize, Used: int64(st.Blocks-st.Bfree) * bsize},
+		// CephFS has no inode limit: ceph-fuse reports the files in use as the total and no
+		// free ones (Ffree is -1 from the kernel's point of view)
+		{Unit: csi.VolumeUsage_INODES, Total: int64(st.Files), Available: max(0, int64(st.Ffree)), Used: max(0, int64(st.Files)-max(0, int64(st.Ffree)))},
+	}}, nil
+}
+
+const brokenReason = "transport endpoint is not connected"
+
+func snapshotStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
+	bytes, err := dirStat(dir, "ceph.dir.rbytes")
+	if err != nil {
+		return nil, err
+	}
+	entries, err := dirStat(dir, "ceph.dir.rentries")
+	if err != nil {
+		return nil, err
+	}
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{Unit: csi.VolumeUsage_BYTES, Total: bytes, Used: bytes, Available: 0},
+		{Unit: csi.VolumeUsage_INODES, Total: entries, Used: entries, Available: 0},
+	}}, nil
+}
+
+// dirStat reads one of CephFS's recursive directory statistics (virtual extended attributes).
+func dirStat(dir, name string) (int64, error) {
+	buf := make([]byte, 32)
+	n, err := unix.Getxattr(dir, name, buf)
+	if err != nil {
+		return 0, internal(fmt.Sprintf("reading %s of %s", name, dir), err)
+	}
+	v, err := strconv.ParseInt(string(buf[:n]), 10, 64)
+	if err != nil {
+		return 0, internal(fmt.Sprintf("%s of %s", name, dir), err)
+	}
+	return v, nil
+}
+
+// NodeGetVolumeHealth implements csi.NodeServer (alpha in CSI 1.13, where it replaced
+// NodeGetVolumeStats' volume_condition): a staged volume whose mount is broken or gone, at the
+// staging path or at the given publish path, is INACCESSIBLE from this node.
+func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
+	r, err := parsePathRequest(req.GetVolumeId(), "volume_publish_path", req.GetVolumePublishPath(), req.GetStagingTargetPath(), false)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	if err != nil {
+		return nil, internal("reading the staging record", err)
+	}
+	if rec == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+	}
+	health := &csi.VolumeHealth{VolumeId: rec.VolumeID}
+	if reason, msg := s.check(ctx, rec, r.volumePath); reason != "" {
+		health.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
+			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: msg,
+		}}
+	}
+	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+}
+
+// check returns a CamelCase reason and a message when the staged volume does not work.
+func (s *Server) check(ctx context.Context, rec *record, publishPath string) (reason, msg string) {
+	if rec.State != stateStaged {
+		return "NotStaged", "staging did not complete"
+	}
+	paths := []string{rec.StagingPath}
+	if publishPath != "" {
+		paths = append(paths, publishPath)
+	}
+	for _, p := range paths {
+		state, _, err := mount.Inspect(ctx, p, s.opts.Timeout)
+		switch {
+		case err != nil:
+			return "Unresponsive", err.Error()
+		case state == mount.Broken:
+			return "MountBroken", fmt.Sprintf("the %s mount at %s is broken (%s)", rec.Mounter, p, brokenReason)
+		case state == mount.NotMounted:
+			return "NotMounted", fmt.Sprintf("nothing is mounted at %s", p)
+		}
+	}
+	return "", ""
+}

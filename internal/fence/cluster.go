@@ -1,0 +1,189 @@
+package fence
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+)
+
+// cluster is one connected Ceph cluster, as the FenceController needs it.
+type cluster interface {
+	Blocklist
+	// ClientAddrs are this process's own Ceph client addresses, as the cluster sees them.
+	ClientAddrs(ctx context.Context) ([]netip.Addr, error)
+	// MonitorAddrs are the monitors' addresses from the cluster's monmap.
+	MonitorAddrs(ctx context.Context) ([]netip.Addr, error)
+	FSID(ctx context.Context) (string, error)
+	Release()
+}
+
+// connector opens a cluster as the RPC's credentials. Tests substitute fakes.
+type connector func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (cluster, error)
+
+// rangeSupportTTL bounds how long a cluster's answer about range support is trusted: long
+// enough to spare the 130 KB command table on every fence, short enough to notice an upgrade.
+const rangeSupportTTL = 10 * time.Minute
+
+type rangeSupport struct {
+	mu    sync.Mutex
+	known map[string]rangeProbe // by monitor list
+}
+
+type rangeProbe struct {
+	ok bool
+	at time.Time
+}
+
+func poolConnector(pool *ceph.Pool) connector {
+	rs := &rangeSupport{known: map[string]rangeProbe{}}
+	return func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (cluster, error) {
+		conn, err := pool.Get(ctx, c.MonHost(), cred)
+		if err != nil {
+			return nil, err
+		}
+		return &cephCluster{conn: conn, key: c.MonHost(), ranges: rs}, nil
+	}
+}
+
+// cephCluster implements cluster with monitor commands on a pooled connection.
+type cephCluster struct {
+	conn   *ceph.Conn
+	key    string
+	ranges *rangeSupport
+}
+
+func (c *cephCluster) Release() { c.conn.Release() }
+
+func (c *cephCluster) SupportsRanges(ctx context.Context) (bool, error) {
+	c.ranges.mu.Lock()
+	p, ok := c.ranges.known[c.key]
+	c.ranges.mu.Unlock()
+	if ok && time.Since(p.at) < rangeSupportTTL {
+		return p.ok, nil
+	}
+	out, err := ceph.MonCommandRaw(ctx, c.conn, "get_command_descriptions", []byte(`{"prefix":"get_command_descriptions"}`))
+	if err != nil {
+		return false, err
+	}
+	supported, err := hasRangeArgument(out)
+	if err != nil {
+		return false, err
+	}
+	c.ranges.mu.Lock()
+	c.ranges.known[c.key] = rangeProbe{ok: supported, at: time.Now()}
+	c.ranges.mu.Unlock()
+	return supported, nil
+}
+
+// hasRangeArgument reads the monitors' command table: range entries exist where the
+// `osd blocklist` command declares a "range" argument.
+func hasRangeArgument(out []byte) (bool, error) {
+	var table map[string]struct {
+		Sig []json.RawMessage `json:"sig"`
+	}
+	if err := json.Unmarshal(out, &table); err != nil {
+		return false, fmt.Errorf("decode get_command_descriptions: %w", err)
+	}
+	for _, cmd := range table {
+		var words []string
+		hasRange := false
+		for _, raw := range cmd.Sig {
+			var word string
+			if json.Unmarshal(raw, &word) == nil {
+				words = append(words, word)
+				continue
+			}
+			var arg struct {
+				Name string `json:"name"`
+			}
+			if json.Unmarshal(raw, &arg) == nil && arg.Name == "range" {
+				hasRange = true
+			}
+		}
+		if len(words) == 2 && words[0] == "osd" && words[1] == "blocklist" && hasRange {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (c *cephCluster) List(ctx context.Context) ([]Listed, error) {
+	out, err := ceph.MonCommandRaw(ctx, c.conn, "osd blocklist ls", []byte(`{"prefix":"osd blocklist ls","format":"json"}`))
+	if err != nil {
+		return nil, err
+	}
+	return parseBlocklist(out)
+}
+
+func (c *cephCluster) Add(ctx context.Context, e Entry, expire time.Duration) error {
+	return c.blocklist(ctx, "add", e, expire)
+}
+
+func (c *cephCluster) Remove(ctx context.Context, e Entry) error {
+	return c.blocklist(ctx, "rm", e, 0)
+}
+
+func (c *cephCluster) blocklist(ctx context.Context, op string, e Entry, expire time.Duration) error {
+	body, err := blocklistBody(op, e, expire)
+	if err != nil {
+		return err
+	}
+	_, err = ceph.MonCommandRaw(ctx, c.conn, "osd blocklist "+op+" "+e.String(), body)
+	return err
+}
+
+func (c *cephCluster) ClientAddrs(ctx context.Context) ([]netip.Addr, error) {
+	s, err := ceph.Call(ctx, c.conn, "get client address", func(r *rados.Conn) (string, error) { return r.GetAddrs() })
+	if err != nil {
+		return nil, err
+	}
+	return parseClientAddrs(s)
+}
+
+func (c *cephCluster) MonitorAddrs(ctx context.Context) ([]netip.Addr, error) {
+	out, err := ceph.MonCommandRaw(ctx, c.conn, "mon dump", []byte(`{"prefix":"mon dump","format":"json"}`))
+	if err != nil {
+		return nil, err
+	}
+	return parseMonmap(out)
+}
+
+func (c *cephCluster) FSID(ctx context.Context) (string, error) {
+	return ceph.Call(ctx, c.conn, "get fsid", func(r *rados.Conn) (string, error) { return r.GetFSID() })
+}
+
+// parseMonmap collects every address of every monitor of `mon dump` JSON.
+func parseMonmap(out []byte) ([]netip.Addr, error) {
+	var m struct {
+		Mons []struct {
+			PublicAddrs struct {
+				Addrvec []struct {
+					Addr string `json:"addr"`
+				} `json:"addrvec"`
+			} `json:"public_addrs"`
+		} `json:"mons"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil {
+		return nil, fmt.Errorf("decode mon dump: %w", err)
+	}
+	var addrs []netip.Addr
+	for _, mon := range m.Mons {
+		for _, a := range mon.PublicAddrs.Addrvec {
+			ap, err := netip.ParseAddrPort(a.Addr)
+			if err != nil {
+				return nil, fmt.Errorf("mon dump: address %q: %v", a.Addr, err)
+			}
+			if ip := ap.Addr().Unmap(); !containsAddr(addrs, ip) {
+				addrs = append(addrs, ip)
+			}
+		}
+	}
+	return addrs, nil
+}

@@ -1,0 +1,199 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+func rangeEntry(s string) Entry { return Entry{Prefix: netip.MustParsePrefix(s), Range: true} }
+func addrEntry(s string) Entry  { return Entry{Prefix: single(netip.MustParseAddr(s))} }
+
+var testOpts = Options{}.withDefaults()
+
+func TestFenceWithRangesIsOneEntryPerCIDRAndIdempotent(t *testing.T) {
+	ctx := context.Background()
+	bl := newFakeBlocklist(true)
+	ps := prefixes("192.0.2.0/24", "198.51.100.7/32", "10.0.0.0/8", "2001:db8::/64")
+	res, err := fence(ctx, bl, testOpts, ps)
+	if err != nil || res.changed != 4 || bl.len() != 4 {
+		t.Fatalf("fence: %+v, %v; %d entries", res, err, bl.len())
+	}
+	for _, p := range ps {
+		if !bl.has(Entry{Prefix: p, Range: true}) {
+			t.Errorf("no range entry for %s", p)
+		}
+	}
+	// again: nothing sent, nothing changed
+	adds, _ := bl.counts()
+	res, err = fence(ctx, bl, testOpts, ps)
+	if again, _ := bl.counts(); err != nil || res.changed != 0 || res.unchanged != 4 || again != adds {
+		t.Fatalf("second fence: %+v, %v, %d more adds", res, err, again-adds)
+	}
+	res, err = unfence(ctx, bl, testOpts, ps)
+	if err != nil || res.changed != 4 || bl.len() != 0 {
+		t.Fatalf("unfence: %+v, %v; %d entries left", res, err, bl.len())
+	}
+	_, removes := bl.counts()
+	res, err = unfence(ctx, bl, testOpts, ps)
+	if _, again := bl.counts(); err != nil || res.changed != 0 || again != removes {
+		t.Fatalf("second unfence: %+v, %v, %d more removes", res, err, again-removes)
+	}
+}
+
+func TestFenceRenewsOnlyShortLivedEntries(t *testing.T) {
+	ctx := context.Background()
+	bl := newFakeBlocklist(true)
+	short := rangeEntry("192.0.2.0/24")
+	long := rangeEntry("198.51.100.0/24")
+	bl.put(Listed{Entry: short, Until: time.Now().Add(10 * time.Minute)})
+	bl.put(Listed{Entry: long, Until: time.Now().Add(4 * 365 * 24 * time.Hour)})
+	// an instance entry blocks one client, not the address: it does not make the address fenced
+	bl.put(Listed{Entry: addrEntry("192.0.2.77"), Instance: true, Until: time.Now().Add(time.Hour)})
+	res, err := fence(ctx, bl, testOpts, prefixes("192.0.2.0/24", "198.51.100.0/24"))
+	if err != nil || res.changed != 1 || res.unchanged != 1 {
+		t.Fatalf("fence: %+v, %v", res, err)
+	}
+	l, _ := bl.List(ctx)
+	for _, e := range l {
+		if e.Entry == short && time.Until(e.Until) < DefaultExpiry-time.Hour {
+			t.Errorf("short-lived entry not renewed: until %v", e.Until)
+		}
+	}
+}
+
+func TestFallbackExpandsSmallRangesOnly(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		opts    Options
+		cidrs   []string
+		entries int
+		err     string
+	}{
+		{name: "single v4", cidrs: []string{"192.0.2.9/32"}, entries: 1},
+		{name: "/30", cidrs: []string{"192.0.2.252/30"}, entries: 4},
+		{name: "/24 at the default limit", cidrs: []string{"192.0.2.0/24"}, entries: 256},
+		{name: "/23 beyond it", cidrs: []string{"192.0.2.0/23"}, err: "192.0.2.0/23 has 2^9 addresses"},
+		{name: "v6 /120", cidrs: []string{"2001:db8::/120"}, entries: 256},
+		{name: "v6 /119", cidrs: []string{"2001:db8::/119"}, err: "up to /120"},
+		{name: "v6 /64", cidrs: []string{"2001:db8::/64"}, err: "2^64 addresses"},
+		{name: "one too wide refuses all", cidrs: []string{"198.51.100.7/32", "10.0.0.0/16"}, err: "10.0.0.0/16"},
+		{name: "configured limit", opts: Options{FallbackMaxPrefixV4: 28}, cidrs: []string{"192.0.2.0/27"}, err: "up to /28"},
+		{name: "configured limit, within", opts: Options{FallbackMaxPrefixV4: 28}, cidrs: []string{"192.0.2.0/28"}, entries: 16},
+		{name: "overlapping CIDRs share entries", cidrs: []string{"192.0.2.0/30", "192.0.2.2/31"}, entries: 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bl := newFakeBlocklist(false)
+			opts := tt.opts.withDefaults()
+			ps := prefixes(tt.cidrs...)
+			_, err := fence(ctx, bl, opts, ps)
+			if tt.err != "" {
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.err) || !strings.Contains(err.Error(), "range blocklist entries") {
+					t.Fatalf("err %v, want INVALID_ARGUMENT containing %q", err, tt.err)
+				}
+				if adds, _ := bl.counts(); adds != 0 {
+					t.Fatalf("%d entries added although the request was refused", adds)
+				}
+				return
+			}
+			if err != nil || bl.len() != tt.entries {
+				t.Fatalf("fence: %v; %d entries, want %d", err, bl.len(), tt.entries)
+			}
+			for _, p := range ps {
+				addrs(p, func(a netip.Addr) bool {
+					if !bl.has(Entry{Prefix: single(a)}) {
+						t.Errorf("%s not fenced", a)
+					}
+					return true
+				})
+			}
+			if _, err := unfence(ctx, bl, opts, ps); err != nil || bl.len() != 0 {
+				t.Fatalf("unfence: %v; %d entries left", err, bl.len())
+			}
+		})
+	}
+}
+
+// Unfencing removes exactly what fencing the same CIDRs creates: whole-address entries left
+// by a fence on older monitors too, but not entries of other CIDRs, client instances, or
+// addresses inside a range too wide to have been expanded.
+func TestUnfenceRemovesExactlyWhatFencingCreates(t *testing.T) {
+	ctx := context.Background()
+	bl := newFakeBlocklist(true)
+	until := time.Now().Add(time.Hour)
+	keep := []Listed{
+		{Entry: rangeEntry("192.0.2.0/25"), Until: until},               // another CIDR
+		{Entry: addrEntry("192.0.2.200"), Instance: true, Until: until}, // a client instance
+		{Entry: addrEntry("10.1.2.3"), Until: until},                    // inside 10.0.0.0/8, never expanded
+		{Entry: addrEntry("198.51.100.1"), Until: until},
+	}
+	gone := []Listed{
+		{Entry: rangeEntry("192.0.2.0/24"), Until: until},
+		{Entry: addrEntry("192.0.2.5"), Until: until}, // a fallback entry from before an upgrade
+		{Entry: rangeEntry("10.0.0.0/8"), Until: until},
+	}
+	for _, l := range append(append([]Listed{}, keep...), gone...) {
+		bl.put(l)
+	}
+	res, err := unfence(ctx, bl, testOpts, prefixes("192.0.2.0/24", "10.0.0.0/8"))
+	if err != nil || res.changed != len(gone) {
+		t.Fatalf("unfence: %+v, %v", res, err)
+	}
+	for _, l := range keep {
+		if !bl.has(l.Entry) {
+			t.Errorf("%v removed", l.Entry)
+		}
+	}
+	for _, l := range gone {
+		if bl.has(l.Entry) {
+			t.Errorf("%v left", l.Entry)
+		}
+	}
+}
+
+func TestFenceReportsEveryFailureButKeepsGoing(t *testing.T) {
+	bl := newFakeBlocklist(false)
+	bl.failAdd = errors.New("mon said no")
+	_, err := fence(context.Background(), bl, testOpts, prefixes("192.0.2.0/28"))
+	if err == nil || !strings.Contains(err.Error(), "mon said no") || !strings.Contains(err.Error(), "and 15 more failures") {
+		t.Fatalf("err %v", err)
+	}
+	if adds, _ := bl.counts(); adds != 16 {
+		t.Fatalf("%d adds attempted, want 16", adds)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, tt := range []struct {
+		o  Options
+		ok bool
+	}{
+		{Options{}, true},
+		{Options{FallbackMaxPrefixV4: 16, FallbackMaxPrefixV6: 112}, true},
+		{Options{FallbackMaxPrefixV4: 32, FallbackMaxPrefixV6: 128}, true},
+		{Options{FallbackMaxPrefixV4: 15}, false},
+		{Options{FallbackMaxPrefixV4: 33}, false},
+		{Options{FallbackMaxPrefixV6: 111}, false},
+		{Options{Expiry: -time.Second}, false},
+	} {
+		if err := tt.o.Validate(); (err == nil) != tt.ok {
+			t.Errorf("%+v: %v", tt.o, err)
+		}
+	}
+}

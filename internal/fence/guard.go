@@ -1,0 +1,75 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ForceParameter overrides the self-fencing guard.
+const ForceParameter = "force"
+
+// protected is an address a fence must not cover without force, and why.
+type protected struct {
+	addr netip.Addr
+	what string
+}
+
+// protectedAddrs are this controller's own Ceph client addresses and every monitor's: a fence
+// covering the first cuts this driver's clients off the cluster (and with them its way to
+// recover), one covering a monitor's host cuts off the Ceph daemons running there. An address
+// the guard cannot learn fails the fence rather than waving it through.
+func protectedAddrs(ctx context.Context, cl cluster, c v1.Cluster) ([]protected, error) {
+	own, err := cl.ClientAddrs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(own) == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"cannot tell this controller's own Ceph client address (librados has not learnt it), so cannot check that the fence spares it; parameter %s: \"true\" fences anyway", ForceParameter)
+	}
+	var out []protected
+	for _, a := range own {
+		out = append(out, protected{a, "this controller's own Ceph client address"})
+	}
+	mons, err := cl.MonitorAddrs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// the cluster map's monitors too, in case the monmap lists them under other addresses
+	for _, m := range c.Monitors {
+		eps, _ := v1.MonitorEndpoints(m)
+		for _, ep := range eps {
+			if ap, err := netip.ParseAddrPort(ep); err == nil && !containsAddr(mons, ap.Addr().Unmap()) {
+				mons = append(mons, ap.Addr().Unmap())
+			}
+		}
+	}
+	for _, a := range mons {
+		out = append(out, protected{a, "a monitor address"})
+	}
+	return out, nil
+}
+
+// checkSelfFence refuses prefixes that cover a protected address.
+func checkSelfFence(prefixes []netip.Prefix, prot []protected) error {
+	var refused []string
+	for _, p := range prefixes {
+		for _, a := range prot {
+			if p.Contains(a.addr) {
+				refused = append(refused, fmt.Sprintf("%s contains %s, %s", p, a.addr, a.what))
+			}
+		}
+	}
+	if len(refused) == 0 {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"refusing to fence: %s; fencing it would cut this driver or the cluster's own daemons off and leave nothing able to unfence; parameter %s: \"true\" fences anyway",
+		strings.Join(refused, "; "), ForceParameter)
+}

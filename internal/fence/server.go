@@ -1,0 +1,266 @@
+package fence
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+
+	fencepb "github.com/csi-addons/spec/lib/go/fence"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/server"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// ClusterIDParameter names the cluster of the map a request is for (as in ceph-csi).
+const ClusterIDParameter = "clusterID"
+
+// Clusters looks clusters up by ID; *clustermap.Store is one.
+type Clusters interface {
+	Cluster(clusterID string) (v1.Cluster, error)
+}
+
+// Server is the csi-addons FenceController.
+type Server struct {
+	fencepb.UnimplementedFenceControllerServer
+	clusters Clusters
+	connect  connector
+	locks    *server.OpLocks
+	opts     Options
+}
+
+// NewServer fences the clusters of the map through the pool's connections. locks keeps a
+// fence and an unfence of the same CIDR from interleaving.
+func NewServer(clusters Clusters, pool *ceph.Pool, locks *server.OpLocks, opts Options) *Server {
+	return newServer(clusters, poolConnector(pool), locks, opts)
+}
+
+func newServer(clusters Clusters, connect connector, locks *server.OpLocks, opts Options) *Server {
+	return &Server{clusters: clusters, connect: connect, locks: locks, opts: opts.withDefaults()}
+}
+
+// ServesFenceClients reports whether GetFenceClients is answered (Options.ServeFenceClients).
+func (s *Server) ServesFenceClients() bool { return s.opts.ServeFenceClients }
+
+// target is the cluster and credentials of a request.
+type target struct {
+	id      string
+	cluster v1.Cluster
+	cred    ceph.Credentials
+}
+
+// resolve validates what every request carries; everything wrong is INVALID_ARGUMENT, found
+// before the cluster is touched.
+func (s *Server) resolve(params, secrets map[string]string) (target, error) {
+	id := params[ClusterIDParameter]
+	if id == "" {
+		return target{}, status.Errorf(codes.InvalidArgument, "parameter %q is required", ClusterIDParameter)
+	}
+	c, err := s.clusters.Cluster(id)
+	if err != nil {
+		return target{}, status.Errorf(codes.InvalidArgument, "parameter %s: %v", ClusterIDParameter, err)
+	}
+	cred, err := ceph.CredentialsFromSecrets(secrets)
+	if err != nil {
+		return target{}, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return target{id: id, cluster: c, cred: cred}, nil
+}
+
+func cidrStrings(in []*fencepb.CIDR) []string {
+	out := make([]string, len(in))
+	for i, c := range in {
+		out[i] = c.GetCidr()
+	}
+	return out
+}
+
+func parsePrefixes(in []*fencepb.CIDR) ([]netip.Prefix, error) {
+	ps, err := parseCIDRs(cidrStrings(in))
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return ps, nil
+}
+
+// bound gives an RPC without a deadline one; librados' own timeouts bound each command too.
+func (s *Server) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// lock serialises operations on the same CIDRs of a cluster; a second one gets ABORTED and
+// its caller retries.
+func (s *Server) lock(op, clusterID string, prefixes []netip.Prefix) (func(), error) {
+	keys := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		keys[i] = "fence/" + clusterID + "/" + p.String()
+	}
+	return s.locks.TryLock(op, keys...)
+}
+
+// codeFor maps an error to the csi-addons error table: Ceph failures that fall in no class are
+// UNKNOWN with Ceph's text; classified ones keep their more precise code (UNAUTHENTICATED for
+// rejected credentials, UNAVAILABLE, DEADLINE_EXCEEDED...).
+func codeFor(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := server.CodeOf(err)
+	if code == codes.Internal {
+		code = codes.Unknown
+	}
+	return status.Error(code, err.Error())
+}
+
+// FenceClusterNetwork blocklists every CIDR of the request.
+func (s *Server) FenceClusterNetwork(ctx context.Context, req *fencepb.FenceClusterNetworkRequest) (*fencepb.FenceClusterNetworkResponse, error) {
+	t, err := s.resolve(req.GetParameters(), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	prefixes, err := parsePrefixes(req.GetCidrs())
+	if err != nil {
+		return nil, err
+	}
+	force := false
+	if v, ok := req.GetParameters()[ForceParameter]; ok {
+		if force, err = strconv.ParseBool(v); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want true or false", ForceParameter, v)
+		}
+	}
+	unlock, err := s.lock("FenceClusterNetwork", t.id, prefixes)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cl, err := s.connect(ctx, t.cluster, t.cred)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	defer cl.Release()
+	logger := klog.FromContext(ctx).WithValues("clusterID", t.id, "cidrs", prefixes)
+	if force {
+		logger.Info("Self-fencing guard overridden by parameter", "parameter", ForceParameter)
+	} else {
+		prot, err := protectedAddrs(ctx, cl, t.cluster)
+		if err != nil {
+			return nil, codeFor(err)
+		}
+		if err := checkSelfFence(prefixes, prot); err != nil {
+			return nil, err
+		}
+	}
+	res, err := fence(ctx, cl, s.opts, prefixes)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	logger.Info("Fenced", "entriesAdded", res.changed, "entriesAlreadyPresent", res.unchanged, "expiry", s.opts.Expiry)
+	return &fencepb.FenceClusterNetworkResponse{}, nil
+}
+
+// UnfenceClusterNetwork removes the entries fencing the request's CIDRs created.
+func (s *Server) UnfenceClusterNetwork(ctx context.Context, req *fencepb.UnfenceClusterNetworkRequest) (*fencepb.UnfenceClusterNetworkResponse, error) {
+	t, err := s.resolve(req.GetParameters(), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	prefixes, err := parsePrefixes(req.GetCidrs())
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.lock("UnfenceClusterNetwork", t.id, prefixes)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cl, err := s.connect(ctx, t.cluster, t.cred)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	defer cl.Release()
+	res, err := unfence(ctx, cl, s.opts, prefixes)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	klog.FromContext(ctx).Info("Unfenced", "clusterID", t.id, "cidrs", prefixes, "entriesRemoved", res.changed)
+	return &fencepb.UnfenceClusterNetworkResponse{}, nil
+}
+
+// ListClusterFence reports every blocklist entry of the cluster as a CIDR: ranges as they
+// are, whole addresses and client instances as /32 or /128, each once.
+func (s *Server) ListClusterFence(ctx context.Context, req *fencepb.ListClusterFenceRequest) (*fencepb.ListClusterFenceResponse, error) {
+	t, err := s.resolve(req.GetParameters(), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cl, err := s.connect(ctx, t.cluster, t.cred)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	defer cl.Release()
+	listed, err := cl.List(ctx)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	resp := &fencepb.ListClusterFenceResponse{}
+	seen := map[netip.Prefix]bool{}
+	for _, l := range listed {
+		p := l.Prefix.Masked()
+		if !seen[p] {
+			seen[p] = true
+			resp.Cidrs = append(resp.Cidrs, &fencepb.CIDR{Cidr: p.String()})
+		}
+	}
+	return resp, nil
+}
+
+// GetFenceClients reports the address this process's Ceph clients reach the cluster from,
+// under the cluster's fsid. Only a process running on the node asked about knows it, so a
+// controller-only process answers UNIMPLEMENTED (the csi-addons table's "disabled in the
+// driver's current mode").
+func (s *Server) GetFenceClients(ctx context.Context, req *fencepb.GetFenceClientsRequest) (*fencepb.GetFenceClientsResponse, error) {
+	if !s.opts.ServeFenceClients {
+		return nil, status.Error(codes.Unimplemented, "GetFenceClients is served only where the node service runs too (--mode=all): its answer is the node's own Ceph client address")
+	}
+	t, err := s.resolve(req.GetParameters(), req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	cl, err := s.connect(ctx, t.cluster, t.cred)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	defer cl.Release()
+	fsid, err := cl.FSID(ctx)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	own, err := cl.ClientAddrs(ctx)
+	if err != nil {
+		return nil, codeFor(err)
+	}
+	if len(own) == 0 {
+		return nil, status.Error(codes.Unavailable, "librados has not learnt this client's address yet; retry")
+	}
+	details := &fencepb.ClientDetails{Id: fsid}
+	for _, a := range own {
+		details.Addresses = append(details.Addresses, &fencepb.CIDR{Cidr: single(a).String()})
+	}
+	return &fencepb.GetFenceClientsResponse{Clients: []*fencepb.ClientDetails{details}}, nil
+}

@@ -1,0 +1,108 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/ceph"
+)
+
+// Attacher makes RBD images local block devices one way (krbd, rbd-nbd, rbd-fuse + loop).
+type Attacher interface {
+	// Name is the mounter name volumes ask for (volumecontext.Mounter*).
+	Name() string
+	// Available reports why this node cannot attach images this way (an *UnavailableError),
+	// or nil. It is cheap, so callers check on every use: a module may be loaded later.
+	Available() error
+	// Attach makes the image a block device. It is idempotent: an image already attached
+	// through req.WorkDir is returned as it is.
+	Attach(ctx context.Context, req Request) (Attachment, error)
+	// Detach undoes Attach. Whatever is already gone is skipped, so it also cleans up after
+	// an Attach that stopped half way.
+	Detach(ctx context.Context, a Attachment) error
+	// Refresh makes the device show the image's current size after the image grew and returns
+	// that size. With minBytes > 0 it waits (within ctx) for the device to reach it.
+	Refresh(ctx context.Context, a Attachment, minBytes int64) (int64, error)
+	// Check reports why an attachment no longer works (its daemon died, its device vanished)
+	// as an *Unhealthy, or nil.
+	Check(ctx context.Context, a Attachment) error
+}
+
+// Image names an RBD image.
+type Image struct {
+	Pool      string
+	Namespace string
+	Name      string
+}
+
+// Spec is the image in the form the rbd tool takes: pool/[namespace/]image.
+func (i Image) Spec() string {
+	if i.Namespace == "" {
+		return i.Pool + "/" + i.Name
+	}
+	return i.Pool + "/" + i.Namespace + "/" + i.Name
+}
+
+// Request is what Attach needs.
+type Request struct {
+	Image   Image
+	MonHost string // the monitors, in mon_host form
+	Cred    ceph.Credentials
+	// ReadOnly attaches a device that rejects writes.
+	ReadOnly bool
+	// WorkDir is a private (0700) per-volume directory the attacher may use for key files and
+	// mount points; it exists when Attach is called.
+	WorkDir string
+}
+
+// Attachment is what Detach, Refresh and Check need; callers persist it (it is JSON friendly).
+type Attachment struct {
+	Image    Image  `json:"image"`
+	Device   string `json:"device,omitempty"`
+	ReadOnly bool   `json:"readOnly,omitempty"`
+	WorkDir  string `json:"workDir,omitempty"`
+	// FuseDir is where rbd-fuse is mounted (fuse only).
+	FuseDir string `json:"fuseDir,omitempty"`
+}
+
+// UnavailableError says which mounter a node cannot provide and what it lacks.
+type UnavailableError struct {
+	Mounter string
+	Missing string
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("mounter %q is not available on this node: %s", e.Mounter, e.Missing)
+}
+
+// Unhealthy says why an attachment no longer works.
+type Unhealthy struct {
+	// Reason is a CamelCase word for machines: NotMounted, DaemonGone, DeviceGone, Unknown.
+	Reason string
+	Err    error
+}
+
+func (u *Unhealthy) Error() string { return u.Err.Error() }
+func (u *Unhealthy) Unwrap() error { return u.Err }
+
+func unhealthy(reason string, format string, args ...any) error {
+	return &Unhealthy{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ErrImageNotFound marks an image (or its pool or namespace) that does not exist.
+var ErrImageNotFound = errors.New("image not found")
+
+// Set returns every attacher this package has, keyed by name, running commands through x;
+// connectTimeout bounds the Ceph tools' connection to the cluster.
+func Set(x Executor, connectTimeout time.Duration) map[string]Attacher {
+	krbd, nbd, fuse := NewKRBD(x), NewNBD(x), NewFuse(x)
+	krbd.ConnectTimeout, nbd.ConnectTimeout, fuse.ConnectTimeout = connectTimeout, connectTimeout, connectTimeout
+	all := []Attacher{krbd, nbd, fuse}
+	m := make(map[string]Attacher, len(all))
+	for _, a := range all {
+		m[a.Name()] = a
+	}
+	return m
+}

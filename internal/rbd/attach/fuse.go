@@ -1,0 +1,291 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
+	"k8s.io/klog/v2"
+)
+
+// Fuse attaches images with rbd-fuse, which shows an image as a file in a FUSE mount, and a
+// loop device on that file.
+//
+// Observed with rbd-fuse 16.2 (Pacific), and relied on here:
+//   - it parses Ceph's own options (-c, -m, --id, --keyfile, --client_mount_timeout) before
+//     its own, which take "--poolname=P" (the form with a blank is taken as the mount point)
+//     and "--namespace=N" (its short form -s clashes with FUSE's -s);
+//   - it authenticates (fetching the monitors' config) before it forks, so a wrong key fails
+//     the command itself; but it opens its cluster connection, reading the key file again,
+//     only when the kernel first talks to the mount, after the command returned. Attach waits
+//     for that with a stat of the image file before it removes the key file;
+//   - a missing image is a missing file (ENOENT); a missing pool makes the daemon exit, after
+//     which the mount answers ENOTCONN;
+//   - getattr asks librbd for the size each time, so with attr_timeout=0 a grown image shows
+//     its new size at once and `losetup --set-capacity` passes it on: no remount is needed to
+//     expand;
+//   - unlink on the mount removes the image: nothing here ever deletes files in it, and the
+//     mount point is removed with os.Remove only, never recursively.
+type Fuse struct {
+	x   Executor
+	sys string
+	// ConnectTimeout bounds rbd-fuse's connection to the cluster.
+	ConnectTimeout time.Duration
+}
+
+// NewFuse returns the rbd-fuse + loop attacher.
+func NewFuse(x Executor) *Fuse { return &Fuse{x: x, sys: SysRoot, ConnectTimeout: 30 * time.Second} }
+
+// Name implements Attacher.
+func (*Fuse) Name() string { return volumecontext.MounterFuse }
+
+// fuseDirName is the rbd-fuse mount point inside an attachment's WorkDir.
+const fuseDirName = "rbd-fuse"
+
+// Available implements Attacher.
+func (f *Fuse) Available() error {
+	for _, cmd := range []string{"rbd-fuse", "losetup", "umount"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			return &UnavailableError{Mounter: f.Name(), Missing: "the " + cmd + " command is not installed"}
+		}
+	}
+	if !exists("/dev/fuse") {
+		return &UnavailableError{Mounter: f.Name(), Missing: "/dev/fuse is missing (FUSE is not available)"}
+	}
+	if !exists("/dev/loop-control") {
+		return &UnavailableError{Mounter: f.Name(), Missing: "/dev/loop-control is missing (loop devices are not available)"}
+	}
+	return nil
+}
+
+func fuseDir(a Attachment) string {
+	if a.FuseDir != "" {
+		return a.FuseDir
+	}
+	return filepath.Join(a.WorkDir, fuseDirName)
+}
+
+// imageFile is the file rbd-fuse shows the image as.
+func imageFile(a Attachment) string { return filepath.Join(fuseDir(a), a.Image.Name) }
+
+// Attach implements Attacher.
+func (f *Fuse) Attach(ctx context.Context, req Request) (Attachment, error) {
+	if err := f.Available(); err != nil {
+		return Attachment{}, err
+	}
+	a := Attachment{Image: req.Image, ReadOnly: req.ReadOnly, WorkDir: req.WorkDir}
+	a.FuseDir = fuseDir(a)
+	if err := os.Mkdir(a.FuseDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return a, err
+	}
+	up, err := f.fuseUp(ctx, a)
+	if err != nil {
+		return a, err
+	}
+	if !up {
+		if err := f.mount(ctx, req, a); err != nil {
+			return a, err
+		}
+	}
+	file := imageFile(a)
+	loops, err := loopsBackedBy(f.sys, file)
+	if err != nil {
+		return a, err
+	}
+	for _, dev := range loops {
+		if loopReadOnly(f.sys, dev) == a.ReadOnly && loopReads(ctx, dev, file) == nil {
+			a.Device = dev
+			return a, nil
+		}
+	}
+	if a.Device, err = loopSetup(ctx, f.x, file, a.ReadOnly); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// fuseUp reports whether rbd-fuse is mounted and serving the image. A mount whose daemon died
+// is unmounted, so the caller mounts afresh.
+func (f *Fuse) fuseUp(ctx context.Context, a Attachment) (bool, error) {
+	dir := fuseDir(a)
+	m, err := MountAt(dir)
+	if err != nil || m == nil {
+		return false, err
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
+	_, err = statWithin(waitCtx, imageFile(a))
+	cancel()
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		// a daemon that does not answer in time may be busy rather than dead: do not remount
+		// under it
+		return false, err
+	}
+	klog.FromContext(ctx).Info("rbd-fuse mount does not serve the image, remounting", "dir", dir, "err", err)
+	// Detach the loop devices on the dead mount first, while their backing file still has a
+	// name to find them by: the unmount below may have to be lazy, after which they would name
+	// a path outside any mount and leak. One still in use (a filesystem mounted on it) is only
+	// marked by the kernel to detach itself when released.
+	loops, err := loopsBackedBy(f.sys, imageFile(a))
+	if err != nil {
+		return false, err
+	}
+	for _, dev := range loops {
+		if err := loopDetach(ctx, f.x, f.sys, dev); err != nil {
+			return false, err
+		}
+	}
+	return false, f.unmount(ctx, dir)
+}
+
+func (f *Fuse) mount(ctx context.Context, req Request, a Attachment) error {
+	args, removeKey, err := credentialArgs(req.WorkDir, req.MonHost, req.Cred, f.ConnectTimeout)
+	if err != nil {
+		return err
+	}
+	defer removeKey()
+	// no admin socket or log file: a second daemon of the same Ceph user would fail to bind the
+	// same socket path, and nothing would rotate the logs
+	args = append(args, "--admin_socket=", "--log_file=", "--poolname="+req.Image.Pool)
+	if req.Image.Namespace != "" {
+		args = append(args, "--namespace="+req.Image.Namespace)
+	}
+	// attr_timeout=0: see the type comment (sizes); entry/negative: an image created or
+	// removed meanwhile is seen at once
+	opts := "attr_timeout=0,entry_timeout=0,negative_timeout=0"
+	if req.ReadOnly {
+		opts += ",ro"
+	}
+	args = append(args, "-r", req.Image.Name, "-o", opts, a.FuseDir)
+	if _, err := f.x.Run(ctx, "rbd-fuse", args...); err != nil {
+		return err
+	}
+	// bounded: the daemon's connection gives up after ConnectTimeout, but opening the image
+	// then waits on OSDs with no timeout of its own
+	waitCtx, cancel := context.WithTimeout(ctx, 2*f.ConnectTimeout)
+	_, err = statWithin(waitCtx, imageFile(a))
+	cancel()
+	if err == nil {
+		return nil
+	}
+	// leave nothing mounted behind a failed attach
+	if uerr := f.unmount(context.WithoutCancel(ctx), a.FuseDir); uerr != nil {
+		klog.FromContext(ctx).Error(uerr, "Unmounting a failed rbd-fuse mount", "dir", a.FuseDir)
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: rbd-fuse does not see image %s", ErrImageNotFound, req.Image.Spec())
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("rbd-fuse for %s exited after mounting (missing pool or namespace, or the cluster refused the connection): %w", req.Image.Spec(), err)
+	}
+	return fmt.Errorf("rbd-fuse for %s does not answer: %w", req.Image.Spec(), err)
+}
+
+// unmount unmounts a FUSE mount point. A mount whose daemon is gone and that a stale loop
+// device still holds cannot be unmounted normally; it is detached lazily, which is safe since
+// nothing can be read or written through it any more.
+func (f *Fuse) unmount(ctx context.Context, dir string) error {
+	m, err := MountAt(dir)
+	if err != nil || m == nil {
+		return err
+	}
+	_, err = f.x.Run(ctx, "umount", dir)
+	if err == nil {
+		return nil
+	}
+	if _, serr := statWithin(ctx, dir); !errors.Is(serr, syscall.ENOTCONN) {
+		return err
+	}
+	_, err = f.x.Run(ctx, "umount", "--lazy", dir)
+	return err
+}
+
+// Detach implements Attacher.
+func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
+	dir := fuseDir(a)
+	if !filepath.IsAbs(dir) || a.Image.Name == "" {
+		return fmt.Errorf("attachment %+v names no rbd-fuse directory or image", a)
+	}
+	// every loop device on the image file, not only the recorded one: Attach may have stopped
+	// between losetup and the caller saving its answer, or left one on a dead mount
+	loops, err := loopsBackedBy(f.sys, imageFile(a))
+	if err != nil {
+		return err
+	}
+	if a.Device != "" && loopBacking(f.sys, a.Device) == imageFile(a) && !slices.Contains(loops, a.Device) {
+		loops = append(loops, a.Device)
+	}
+	for _, dev := range loops {
+		if err := loopDetach(ctx, f.x, f.sys, dev); err != nil {
+			return err
+		}
+	}
+	if err := f.unmount(ctx, dir); err != nil {
+		return err
+	}
+	if err := ignoreNotExist(os.Remove(dir)); err != nil {
+		return err
+	}
+	return removeCredentialFiles(a.WorkDir)
+}
+
+// Refresh implements Attacher.
+func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64, error) {
+	file := imageFile(a)
+	var size int64
+	for {
+		fi, err := statWithin(ctx, file)
+		if err != nil {
+			if ctx.Err() != nil && size > 0 {
+				return size, fmt.Errorf("image %s is %d bytes, want at least %d: %w", a.Image.Spec(), size, minBytes, ctx.Err())
+			}
+			return size, fmt.Errorf("rbd-fuse for %s: %w", a.Image.Spec(), err)
+		}
+		if size = fi.Size(); size >= minBytes {
+			break
+		}
+		// the controller grew the image, but librbd in the daemon learns it from a watch
+		// notification: give it a moment
+		select {
+		case <-ctx.Done():
+			return size, fmt.Errorf("image %s is %d bytes, want at least %d: %w", a.Image.Spec(), size, minBytes, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if _, err := f.x.Run(ctx, "losetup", "--set-capacity", a.Device); err != nil {
+		return 0, err
+	}
+	return DeviceSize(a.Device)
+}
+
+// Check implements Attacher.
+func (f *Fuse) Check(ctx context.Context, a Attachment) error {
+	dir := fuseDir(a)
+	m, err := MountAt(dir)
+	if err != nil {
+		return unhealthy("Unknown", "reading the mount table: %w", err)
+	}
+	if m == nil {
+		return unhealthy("NotMounted", "rbd-fuse is not mounted at %s", dir)
+	}
+	if _, err := statWithin(ctx, imageFile(a)); err != nil {
+		if errors.Is(err, syscall.ENOTCONN) {
+			return unhealthy("DaemonGone", "the rbd-fuse daemon of image %s is gone: %w", a.Image.Spec(), err)
+		}
+		return unhealthy("Unknown", "rbd-fuse for image %s: %w", a.Image.Spec(), err)
+	}
+	if err := loopReads(ctx, a.Device, imageFile(a)); err != nil {
+		return unhealthy("DeviceGone", "loop device %s: %w", a.Device, err)
+	}
+	return nil
+}

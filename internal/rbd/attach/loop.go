@@ -1,0 +1,159 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// loop devices are driven with losetup (util-linux) and inspected through sysfs and
+// LOOP_GET_STATUS64, which need no command.
+
+// loopsBackedBy lists the loop devices whose backing file has the name file, in sysfs order.
+func loopsBackedBy(sys, file string) ([]string, error) {
+	paths, err := filepath.Glob(filepath.Join(sys, "block", "loop*", "loop", "backing_file"))
+	if err != nil {
+		return nil, err
+	}
+	var devs []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // detached while we looked
+		}
+		name := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
+		if name == file {
+			devs = append(devs, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(p))))
+		}
+	}
+	return devs, nil
+}
+
+// loopBacking is the backing file name of a loop device, "" when the device is not set up.
+func loopBacking(sys, dev string) string {
+	b, err := os.ReadFile(filepath.Join(sys, "block", filepath.Base(dev), "loop", "backing_file"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
+}
+
+// loopReadOnly reports whether a block device is read-only.
+func loopReadOnly(sys, dev string) bool {
+	b, err := os.ReadFile(filepath.Join(sys, "block", filepath.Base(dev), "ro"))
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
+// loopReads reports whether dev reads the very file now at path (same device and inode), not
+// just a file of that name: a loop device set up on an earlier rbd-fuse mount of the same
+// directory still names it, but reads a file whose daemon is gone.
+func loopReads(ctx context.Context, dev, path string) error {
+	fi, err := statWithin(ctx, path)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("stat %s: no device and inode", path)
+	}
+	f, err := os.Open(dev)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+	if err != nil {
+		return &os.PathError{Op: "ioctl LOOP_GET_STATUS64", Path: dev, Err: err}
+	}
+	if info.Device != st.Dev || info.Inode != st.Ino {
+		return fmt.Errorf("%s reads an earlier %s (device %d inode %d, now %d/%d)", dev, path, info.Device, info.Inode, st.Dev, st.Ino)
+	}
+	return nil
+}
+
+// loopSetup attaches a free loop device to backing and returns its name.
+func loopSetup(ctx context.Context, x Executor, backing string, readOnly bool) (string, error) {
+	args := []string{"--find", "--show"}
+	if readOnly {
+		args = append(args, "--read-only")
+	}
+	out, err := x.Run(ctx, "losetup", append(args, backing)...)
+	if err != nil {
+		return "", err
+	}
+	dev := lastLine(out)
+	if !strings.HasPrefix(dev, "/dev/loop") {
+		return "", fmt.Errorf("losetup printed %q, not a loop device", dev)
+	}
+	return dev, nil
+}
+
+// loopDetach detaches dev unless it is already gone. Detaching a device still open (mounted)
+// only marks it for autoclear, so callers unmount first.
+func loopDetach(ctx context.Context, x Executor, sys, dev string) error {
+	if loopBacking(sys, dev) == "" {
+		return nil
+	}
+	if _, err := x.Run(ctx, "losetup", "--detach", dev); err != nil {
+		if loopBacking(sys, dev) == "" {
+			return nil // detached by someone else meanwhile
+		}
+		return err
+	}
+	return nil
+}
+
+// LoopSetupReadOnly puts a read-only loop device on top of dev, for publishing a block volume
+// read-only: a read-only bind mount does not stop writes through a device node.
+func LoopSetupReadOnly(ctx context.Context, x Executor, dev string) (string, error) {
+	return loopSetup(ctx, x, dev, true)
+}
+
+// ReadOnlyLoopOver reports whether dev is a read-only loop device layered on a block device
+// (what LoopSetupReadOnly makes), and on which.
+func ReadOnlyLoopOver(sys, dev string) (string, bool) {
+	if !strings.HasPrefix(filepath.Base(dev), "loop") || !loopReadOnly(sys, dev) {
+		return "", false
+	}
+	backing := loopBacking(sys, dev)
+	if !strings.HasPrefix(backing, "/dev/") {
+		return "", false
+	}
+	return backing, true
+}
+
+// LoopDetach detaches a loop device unless it is already gone.
+func LoopDetach(ctx context.Context, x Executor, dev string) error {
+	return loopDetach(ctx, x, SysRoot, dev)
+}
+
+// SysRoot is where sysfs is mounted.
+const SysRoot = "/sys"
+
+// DeviceOf is the /dev name of a block device number, from sysfs ("" when there is none).
+func DeviceOf(sys string, rdev uint64) string {
+	link, err := os.Readlink(filepath.Join(sys, "dev", "block", fmt.Sprintf("%d:%d", unix.Major(rdev), unix.Minor(rdev))))
+	if err != nil {
+		return ""
+	}
+	return "/dev/" + filepath.Base(link)
+}
+
+func lastLine(out []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,76 @@
+package attach
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestLoopDevices sets up a real loop device (root only): it is found by its backing file,
+// recognised as reading that very file, and as stale once the file is replaced, the way a loop
+// device on a dead rbd-fuse mount still names a path that now holds another file.
+func TestLoopDevices(t *testing.T) {
+	if os.Geteuid() != 0 || !exists("/dev/loop-control") {
+		t.Skip("needs root and loop devices")
+	}
+	ctx := context.Background()
+	x := NewExecutor(30 * time.Second)
+	file := filepath.Join(t.TempDir(), "backing")
+	if err := os.WriteFile(file, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := loopSetup(ctx, x, file, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = loopDetach(context.Background(), x, SysRoot, dev) })
+
+	if devs, err := loopsBackedBy(SysRoot, file); err != nil || len(devs) != 1 || devs[0] != dev {
+		t.Fatalf("loopsBackedBy = %v, %v; want [%s]", devs, err, dev)
+	}
+	if err := loopReads(ctx, dev, file); err != nil {
+		t.Fatalf("loopReads: %v", err)
+	}
+	if n, err := DeviceSize(dev); err != nil || n != 4<<20 {
+		t.Fatalf("DeviceSize = %d, %v", n, err)
+	}
+	if loopReadOnly(SysRoot, dev) {
+		t.Fatal("read-write loop reported read-only")
+	}
+
+	layer, err := LoopSetupReadOnly(ctx, x, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if over, ok := ReadOnlyLoopOver(SysRoot, layer); !ok || over != dev {
+		t.Fatalf("ReadOnlyLoopOver(%s) = %q, %v; want %s", layer, over, ok, dev)
+	}
+	if _, ok := ReadOnlyLoopOver(SysRoot, dev); ok {
+		t.Fatal("a loop device on a file is not a read-only layer")
+	}
+	if err := LoopDetach(ctx, x, layer); err != nil {
+		t.Fatal(err)
+	}
+
+	// replace the file under the same name
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := loopReads(ctx, dev, file); err == nil {
+		t.Fatal("a loop device on the removed file still counts as reading the new one")
+	}
+	for range 2 { // idempotent
+		if err := loopDetach(ctx, x, SysRoot, dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// by name: tests of other packages may already have taken the freed device
+	if loopBacking(SysRoot, dev) == file {
+		t.Fatalf("%s still attached", dev)
+	}
+}

@@ -1,0 +1,159 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+
+	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"k8s.io/mount-utils"
+	utilexec "k8s.io/utils/exec"
+)
+
+// mount-utils runs mount, mkfs, fsck, blkid, resize2fs and xfs_growfs itself, with no
+// timeout. The adapters below send those commands through the server's executor instead,
+// bound to the RPC's context and the per-command timeout like every other command.
+
+// formatter is a SafeFormatAndMount whose commands run under ctx.
+func (s *Server) formatter(ctx context.Context) *mount.SafeFormatAndMount {
+	x := boundExec{ctx: ctx, x: s.x}
+	return mount.NewSafeFormatAndMount(boundMounter{Interface: s.base, x: x}, x)
+}
+
+// resizer grows filesystems with commands that run under ctx.
+func (s *Server) resizer(ctx context.Context) *mount.ResizeFs {
+	return mount.NewResizeFs(boundExec{ctx: ctx, x: s.x})
+}
+
+// boundMounter mounts and unmounts through the executor; the mount table queries come from
+// the embedded mount-utils mounter.
+type boundMounter struct {
+	mount.Interface
+	x boundExec
+}
+
+func (m boundMounter) Mount(source, target, fstype string, options []string) error {
+	return m.MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype, options, nil, nil)
+}
+
+func (m boundMounter) MountSensitive(source, target, fstype string, options, sensitive []string) error {
+	return m.MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype, options, sensitive, nil)
+}
+
+func (m boundMounter) MountSensitiveWithoutSystemd(source, target, fstype string, options, sensitive []string) error {
+	return m.MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype, options, sensitive, nil)
+}
+
+// MountSensitiveWithoutSystemdWithMountFlags mounts with mount(8). This driver never passes
+// sensitive options (keys travel in files), so they may appear on the command line.
+func (m boundMounter) MountSensitiveWithoutSystemdWithMountFlags(source, target, fstype string, options, sensitive, flags []string) error {
+	args, _ := mount.MakeMountArgsSensitiveWithMountFlags(source, target, fstype, options, sensitive, flags)
+	_, err := m.x.x.Run(m.x.ctx, "mount", args...)
+	return err
+}
+
+func (m boundMounter) Unmount(target string) error {
+	_, err := m.x.x.Run(m.x.ctx, "umount", target)
+	return err
+}
+
+// boundExec is the k8s.io/utils/exec interface over an attach.Executor and a context.
+type boundExec struct {
+	ctx context.Context
+	x   attach.Executor
+}
+
+func (e boundExec) Command(cmd string, args ...string) utilexec.Cmd {
+	return &boundCmd{ctx: e.ctx, x: e.x, name: cmd, args: args}
+}
+
+func (e boundExec) CommandContext(ctx context.Context, cmd string, args ...string) utilexec.Cmd {
+	return &boundCmd{ctx: ctx, x: e.x, name: cmd, args: args}
+}
+
+func (boundExec) LookPath(file string) (string, error) { return exec.LookPath(file) }
+
+// boundCmd runs to completion only (Run, Output, CombinedOutput), which is all mount-utils
+// uses; the streaming methods report that they are unsupported.
+type boundCmd struct {
+	ctx  context.Context
+	x    attach.Executor
+	name string
+	args []string
+}
+
+var errStreaming = errors.New("streaming command I/O is not supported")
+
+func (c *boundCmd) CombinedOutput() ([]byte, error) {
+	out, err := c.x.Run(c.ctx, c.name, c.args...)
+	return out, exitError(err)
+}
+
+// Output returns the combined output too: the executor does not separate the streams.
+func (c *boundCmd) Output() ([]byte, error) { return c.CombinedOutput() }
+func (c *boundCmd) Run() error {
+	_, err := c.CombinedOutput()
+	return err
+}
+func (c *boundCmd) SetDir(string)                      {}
+func (c *boundCmd) SetStdin(io.Reader)                 {}
+func (c *boundCmd) SetStdout(io.Writer)                {}
+func (c *boundCmd) SetStderr(io.Writer)                {}
+func (c *boundCmd) SetEnv([]string)                    {}
+func (c *boundCmd) StdoutPipe() (io.ReadCloser, error) { return nil, errStreaming }
+func (c *boundCmd) StderrPipe() (io.ReadCloser, error) { return nil, errStreaming }
+func (c *boundCmd) Start() error                       { return errStreaming }
+func (c *boundCmd) Wait() error                        { return errStreaming }
+func (c *boundCmd) Stop()                              {}
+
+// exitError gives mount-utils the error shapes it inspects: an ExitError with the status
+// (blkid's 2 means "no filesystem", fsck's 1 "errors corrected") and ErrExecutableNotFound.
+// The output is left out: mount-utils adds it to its own messages.
+func exitError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, exec.ErrNotFound) {
+		return utilexec.ErrExecutableNotFound
+	}
+	var ce *attach.CommandError
+	if errors.As(err, &ce) && ce.ExitCode >= 0 {
+		return utilexec.CodeExitError{Err: fmt.Errorf("%s: %w", ce.Name, ce.Err), Code: ce.ExitCode}
+	}
+	return err
+}
+
+// bindMount bind mounts source at target, read-only if asked. mount(8) cannot make a bind
+// read-only in one step on every version, hence the remount.
+func (s *Server) bindMount(ctx context.Context, source, target string, readOnly bool) error {
+	if _, err := s.x.Run(ctx, "mount", "--bind", source, target); err != nil {
+		return err
+	}
+	if !readOnly {
+		return nil
+	}
+	if _, err := s.x.Run(ctx, "mount", "-o", "remount,bind,ro", target); err != nil {
+		if _, uerr := s.x.Run(context.WithoutCancel(ctx), "umount", target); uerr != nil {
+			return fmt.Errorf("%w (and undoing the bind mount: %v)", err, uerr)
+		}
+		return err
+	}
+	return nil
+}
+
+// unmountAll unmounts target until nothing is mounted there (a path may carry stacked
+// mounts), and reports whether anything was.
+func (s *Server) unmountAll(ctx context.Context, target string) error {
+	for range 8 {
+		m, err := attach.MountAt(target)
+		if err != nil || m == nil {
+			return err
+		}
+		if _, err := s.x.Run(ctx, "umount", target); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("%s is still mounted after 8 unmounts", target)
+}

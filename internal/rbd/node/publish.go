@@ -1,0 +1,191 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+)
+
+// NodePublishVolume implements csi.NodeServer: bind mount the staged filesystem at the target
+// directory, or the staged device at a target file. Read-only comes from the readonly flag or
+// a reader-only access mode. For a block volume a read-only bind mount would not stop writes
+// through the device node, so a read-only loop device is layered on the staged device instead.
+func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	r, err := parsePublish(req)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.opts.Locks.TryLock("NodePublishVolume", r.volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "targetPath", r.targetPath)
+	ctx = klog.NewContext(ctx, log)
+
+	rec, err := readRecord(r.stagingPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil || rec.VolumeID != r.volumeID || rec.State != stateStaged {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is not staged at %q", r.volumeID, r.stagingPath)
+	}
+	if rec.Block != r.access.block {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is staged for %s access, not %s", r.volumeID, accessType(rec.Block), accessType(r.access.block))
+	}
+	readOnly := r.readOnly || rec.ReadOnly
+	if rec.Block {
+		err = s.publishBlock(ctx, rec, r.targetPath, readOnly)
+	} else {
+		err = s.publishMount(ctx, rec, r.targetPath, readOnly)
+	}
+	if err != nil {
+		return nil, err
+	}
+	log.V(2).Info("Volume published", "readOnly", readOnly)
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (s *Server) publishMount(ctx context.Context, rec *record, target string, readOnly bool) error {
+	if err := os.MkdirAll(target, 0o750); err != nil {
+		return status.Errorf(codes.Internal, "target_path: %v", err)
+	}
+	m, err := attach.MountAt(target)
+	if err != nil {
+		return status.Errorf(codes.Internal, "reading the mount table: %v", err)
+	}
+	if m != nil {
+		staged, err := attach.MountAt(rec.StagingPath)
+		if err != nil {
+			return status.Errorf(codes.Internal, "reading the mount table: %v", err)
+		}
+		if staged != nil && m.Major == staged.Major && m.Minor == staged.Minor && m.Root == staged.Root && mountReadOnly(m) == readOnly {
+			return nil
+		}
+		return status.Errorf(codes.AlreadyExists, "target_path %q is already mounted, but not as this volume's %s bind mount", target, rw(readOnly))
+	}
+	if err := s.bindMount(ctx, rec.StagingPath, target, readOnly); err != nil {
+		return errorStatus("bind mounting "+rec.StagingPath+" at "+target, err)
+	}
+	return nil
+}
+
+func (s *Server) publishBlock(ctx context.Context, rec *record, target string, readOnly bool) error {
+	dev := rec.Attachment.Device
+	// the read-only loop layer is needed only over a read-write device
+	layer := readOnly && !rec.ReadOnly
+	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
+		return status.Errorf(codes.Internal, "target_path: %v", err)
+	}
+	m, err := attach.MountAt(target)
+	if err != nil {
+		return status.Errorf(codes.Internal, "reading the mount table: %v", err)
+	}
+	if m != nil {
+		if bound, ok := s.boundDevice(target); ok && (bound == dev && !layer || layer && isReadOnlyLayerOver(bound, dev)) {
+			return nil
+		}
+		return status.Errorf(codes.AlreadyExists, "target_path %q is already mounted, but not as this volume's %s device", target, rw(readOnly))
+	}
+	f, err := os.OpenFile(target, os.O_CREATE|os.O_RDONLY, 0o640)
+	if err != nil {
+		return status.Errorf(codes.Internal, "target_path: %v", err)
+	}
+	f.Close()
+	source := dev
+	if layer {
+		if source, err = attach.LoopSetupReadOnly(ctx, s.x, dev); err != nil {
+			return errorStatus("making a read-only device over "+dev, err)
+		}
+	}
+	if err := s.bindMount(ctx, source, target, readOnly); err != nil {
+		if layer {
+			if derr := attach.LoopDetach(context.WithoutCancel(ctx), s.x, source); derr != nil {
+				klog.FromContext(ctx).Error(derr, "Detaching the read-only layer of a failed publish", "device", source)
+			}
+		}
+		return errorStatus("bind mounting "+source+" at "+target, err)
+	}
+	return nil
+}
+
+// boundDevice is the device a bind-mounted device node at path refers to.
+func (s *Server) boundDevice(path string) (string, bool) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return "", false
+	}
+	dev := attach.DeviceOf(attach.SysRoot, st.Rdev)
+	return dev, dev != ""
+}
+
+func isReadOnlyLayerOver(layer, dev string) bool {
+	over, ok := attach.ReadOnlyLoopOver(attach.SysRoot, layer)
+	return ok && over == dev
+}
+
+func mountReadOnly(m *mount.MountInfo) bool { return slices.Contains(m.MountOptions, "ro") }
+
+func rw(readOnly bool) string {
+	if readOnly {
+		return "read-only"
+	}
+	return "read-write"
+}
+
+// NodeUnpublishVolume implements csi.NodeServer: unmount the target and remove it (the spec
+// makes the plugin remove what it created), and detach a read-only layer publish made. A
+// target that is already gone is success.
+func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	volumeID, target, err := parseUnpublish(req)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.opts.Locks.TryLock("NodeUnpublishVolume", volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "targetPath", target)
+	ctx = klog.NewContext(ctx, log)
+
+	for range 8 {
+		m, err := attach.MountAt(target)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "reading the mount table: %v", err)
+		}
+		if m == nil {
+			break
+		}
+		// a read-only loop device over another block device is what publishBlock layers
+		layer, _ := s.boundDevice(target)
+		if _, ok := attach.ReadOnlyLoopOver(attach.SysRoot, layer); !ok {
+			layer = ""
+		}
+		if _, err := s.x.Run(ctx, "umount", target); err != nil {
+			return nil, errorStatus("unmounting "+target, err)
+		}
+		if layer != "" {
+			if err := attach.LoopDetach(ctx, s.x, layer); err != nil {
+				return nil, errorStatus("detaching the read-only layer "+layer, err)
+			}
+		}
+	}
+	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, status.Error(codes.Internal, fmt.Sprintf("removing target_path: %v", err))
+	}
+	log.V(2).Info("Volume unpublished")
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}

@@ -1,0 +1,155 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
+	"github.com/monoceph/monoceph/internal/server"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+	"k8s.io/mount-utils"
+)
+
+// Options configure the node service.
+type Options struct {
+	NodeID string
+	// StateDir holds node-private state: per-volume rbd-fuse mount points and, briefly, key
+	// files. It is created 0700.
+	StateDir string
+	Clusters *clustermap.Store
+	// Locks serialise operations per volume; a busy volume answers ABORTED.
+	Locks *server.OpLocks
+	// Timeout bounds each external command (rbd-fuse, losetup, mkfs, mount...).
+	Timeout time.Duration
+}
+
+// DefaultTimeout is Options.Timeout when unset: mkfs.xfs of a large image can take a while.
+const DefaultTimeout = 2 * time.Minute
+
+// Server implements csi.NodeServer for RBD volumes.
+type Server struct {
+	csi.UnimplementedNodeServer
+
+	opts      Options
+	x         attach.Executor
+	attachers map[string]attach.Attacher
+	// base answers the mount table queries mount-utils makes; mounting goes through x
+	base mount.Interface
+}
+
+var _ csi.NodeServer = (*Server)(nil)
+
+// New checks opts, creates the state directory and reports which mounters this node offers.
+// A mounter the node lacks is not an error here: only volumes that need it fail to stage.
+func New(opts Options) (*Server, error) {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return newServer(opts, attach.NewExecutor(opts.Timeout))
+}
+
+func newServer(opts Options, x attach.Executor) (*Server, error) {
+	switch {
+	case opts.NodeID == "":
+		return nil, errors.New("rbd node: a node ID is required")
+	case opts.StateDir == "":
+		return nil, errors.New("rbd node: a state directory is required")
+	case opts.Clusters == nil:
+		return nil, errors.New("rbd node: a cluster map is required")
+	case opts.Locks == nil:
+		return nil, errors.New("rbd node: operation locks are required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("rbd node: state directory: %w", err)
+	}
+	// MkdirAll leaves an existing directory as it is; key files pass through here
+	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("rbd node: state directory: %w", err)
+	}
+	// half the command timeout: Ceph's own "connection timed out" is a clearer error than the
+	// command being killed
+	connect := max(opts.Timeout/2, time.Second)
+	// a zero Mounter: mount.New would run commands (systemd and umount probes) with no
+	// timeout, and its mounting is replaced by boundMounter anyway
+	s := &Server{opts: opts, x: x, attachers: attach.Set(x, connect), base: &mount.Mounter{}}
+	for _, name := range []string{volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse} {
+		if err := s.attachers[name].Available(); err != nil {
+			klog.InfoS("RBD mounter unavailable; volumes that ask for it will fail to stage", "mounter", name, "reason", err)
+		} else {
+			klog.InfoS("RBD mounter available", "mounter", name)
+		}
+	}
+	return s, nil
+}
+
+// attacher returns the attacher a volume asks for, or FAILED_PRECONDITION naming what the
+// node lacks. Availability is checked on every use: a module may have been loaded since.
+func (s *Server) attacher(name string) (attach.Attacher, error) {
+	a, ok := s.attachers[name]
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "unknown mounter %q", name)
+	}
+	if err := a.Available(); err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s: %v", s.opts.NodeID, err)
+	}
+	return a, nil
+}
+
+// NodeGetInfo implements csi.NodeServer.
+func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
+	// no volume limit: loop and rbd devices are plentiful, and no topology: every node reaches
+	// every cluster of the map
+	return &csi.NodeGetInfoResponse{NodeId: s.opts.NodeID, MaxVolumesPerNode: 0}, nil
+}
+
+// NodeGetCapabilities implements csi.NodeServer.
+func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
+	var caps []*csi.NodeServiceCapability
+	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
+		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
+		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
+		// CSI 1.13 removed VOLUME_CONDITION (and NodeGetVolumeStats' volume_condition);
+		// NodeGetVolumeHealth replaces it
+		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
+	} {
+		caps = append(caps, &csi.NodeServiceCapability{
+			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
+		})
+	}
+	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// errorStatus converts an error from attaching, mounting or a command into a status.
+func errorStatus(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var unavailable *attach.UnavailableError
+	code := codes.Internal
+	switch {
+	case errors.As(err, &unavailable):
+		code = codes.FailedPrecondition
+	case errors.Is(err, attach.ErrImageNotFound):
+		code = codes.NotFound
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Errorf(code, "%s: %v", what, err)
+}

@@ -1,0 +1,235 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// NodeStageVolume implements csi.NodeServer: attach the image with the volume's mounter,
+// then for mount access format it if blank and mount it at the staging path; for block
+// access only record the device.
+//
+// Staging converges: a repeated call with the same arguments finds the record, re-checks each
+// step and redoes what is missing (after a reboot: everything), so it is idempotent and also
+// completes a stage that a killed plugin left half done.
+func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
+	r, err := parseStage(req)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.opts.Locks.TryLock("NodeStageVolume", r.volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "stagingPath", r.stagingPath, "mounter", r.image.Mounter)
+	ctx = klog.NewContext(ctx, log)
+	start := time.Now()
+
+	cluster, err := s.opts.Clusters.Cluster(r.image.ClusterID)
+	if err != nil {
+		// the map may be catching up with a ConfigMap change: retryable, not a bad request
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	attacher, err := s.attacher(r.image.Mounter)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(r.stagingPath, 0o750); err != nil {
+		return nil, status.Errorf(codes.Internal, "staging_target_path: %v", err)
+	}
+	rec, err := readRecord(r.stagingPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	fresh := rec == nil
+	if fresh {
+		// one staging per volume and node (CSI): a second path would share the first one's
+		// attachment, and unstaging either would pull it from under the other
+		other, err := s.findRecord(r.volumeID, "")
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if other != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %q", r.volumeID, other.StagingPath)
+		}
+		rec = newRecord(r, s.workDir(r.volumeID))
+		if err := os.MkdirAll(rec.Attachment.WorkDir, 0o700); err != nil {
+			return nil, status.Errorf(codes.Internal, "work directory: %v", err)
+		}
+		// written before anything is attached: from here on, unstage can undo whatever follows
+		if err := rec.write(); err != nil {
+			return nil, status.Errorf(codes.Internal, "writing the staging record: %v", err)
+		}
+	} else {
+		if rec.VolumeID != r.volumeID {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds volume %q", r.stagingPath, rec.VolumeID)
+		}
+		if why := rec.conflict(r); why != "" {
+			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %q with another capability: %s", r.volumeID, r.stagingPath, why)
+		}
+	}
+
+	err = s.stage(ctx, r, rec, attacher, cluster.MonHost())
+	if err != nil {
+		if fresh {
+			// the CO treats a final error as "nothing staged" and will not call unstage: take
+			// back what this call set up
+			if uerr := s.unstage(context.WithoutCancel(ctx), rec); uerr != nil {
+				log.Error(uerr, "Undoing a failed stage; NodeUnstageVolume will retry", "stageErr", err)
+			}
+		}
+		return nil, err
+	}
+	log.V(2).Info("Volume staged", "device", rec.Attachment.Device, "access", accessType(rec.Block), "duration", time.Since(start))
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attacher attach.Attacher, monHost string) error {
+	if err := s.writeIndex(rec); err != nil {
+		return status.Errorf(codes.Internal, "writing the volume index: %v", err)
+	}
+	a, err := attacher.Attach(ctx, attach.Request{
+		Image:    rec.Attachment.Image,
+		MonHost:  monHost,
+		Cred:     r.cred,
+		ReadOnly: rec.ReadOnly,
+		WorkDir:  rec.Attachment.WorkDir,
+	})
+	if err != nil {
+		return errorStatus("attaching image "+rec.Attachment.Image.Spec(), err)
+	}
+	rec.Attachment = a
+	if err := rec.write(); err != nil {
+		return status.Errorf(codes.Internal, "writing the staging record: %v", err)
+	}
+	if !rec.Block {
+		if err := s.mountStaging(ctx, rec); err != nil {
+			return err
+		}
+	}
+	rec.State = stateStaged
+	if err := rec.write(); err != nil {
+		return status.Errorf(codes.Internal, "writing the staging record: %v", err)
+	}
+	return nil
+}
+
+// mountStaging formats the device if it holds no filesystem and mounts it at the staging path.
+func (s *Server) mountStaging(ctx context.Context, rec *record) error {
+	dev := rec.Attachment.Device
+	m, err := attach.MountAt(rec.StagingPath)
+	if err != nil {
+		return status.Errorf(codes.Internal, "reading the mount table: %v", err)
+	}
+	if m != nil {
+		var st unix.Stat_t
+		if err := unix.Stat(dev, &st); err != nil {
+			return status.Errorf(codes.Internal, "stat %s: %v", dev, err)
+		}
+		if uint32(m.Major) == unix.Major(st.Rdev) && uint32(m.Minor) == unix.Minor(st.Rdev) {
+			return nil
+		}
+		// e.g. the rbd-fuse daemon died and Attach made a new device: the filesystem mounted
+		// on the old one cannot be moved under the pods using it
+		return status.Errorf(codes.FailedPrecondition, "staging_target_path %q is mounted from device %d:%d, but the volume is now attached at %s: unstage the volume first",
+			rec.StagingPath, m.Major, m.Minor, dev)
+	}
+	opts := append([]string(nil), rec.MountFlags...)
+	if rec.ReadOnly {
+		opts = append(opts, "ro")
+	}
+	var formatOpts []string
+	switch rec.FsType {
+	case "xfs":
+		// clones and restored snapshots share their source's filesystem UUID; xfs refuses to
+		// mount a second filesystem with a UUID already mounted
+		opts = append(opts, "nouuid")
+		// -K: do not discard; a new image is already thin, and discarding it block by block
+		// through a loop device is slow
+		formatOpts = []string{"-K"}
+	case "ext4":
+		formatOpts = []string{"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}
+	}
+	if err := s.formatter(ctx).FormatAndMountSensitiveWithFormatOptions(dev, rec.StagingPath, rec.FsType, opts, nil, formatOpts); err != nil {
+		return errorStatus(fmt.Sprintf("mounting %s (%s) at %s", dev, rec.FsType, rec.StagingPath), err)
+	}
+	return nil
+}
+
+// NodeUnstageVolume implements csi.NodeServer: unmount the staging path, detach the image and
+// remove the record. What to undo comes from the record, and whatever is already gone is
+// skipped, so it is idempotent and also cleans up after a failed or interrupted stage.
+func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
+	volumeID, stagingPath, err := parseUnstage(req)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.opts.Locks.TryLock("NodeUnstageVolume", volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "stagingPath", stagingPath)
+	ctx = klog.NewContext(ctx, log)
+	start := time.Now()
+
+	rec, err := readRecord(stagingPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil {
+		// the record is written before anything is set up: without one there is nothing of
+		// ours here (never staged, or already unstaged)
+		return &csi.NodeUnstageVolumeResponse{}, nil
+	}
+	if rec.VolumeID != volumeID {
+		return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds volume %q, not %q", stagingPath, rec.VolumeID, volumeID)
+	}
+	if err := s.unstage(ctx, rec); err != nil {
+		return nil, err
+	}
+	log.V(2).Info("Volume unstaged", "duration", time.Since(start))
+	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// unstage undoes everything a record describes, then removes it.
+func (s *Server) unstage(ctx context.Context, rec *record) error {
+	if err := s.unmountAll(ctx, rec.StagingPath); err != nil {
+		return errorStatus("unmounting "+rec.StagingPath, err)
+	}
+	attacher, ok := s.attachers[rec.Mounter]
+	if !ok {
+		return status.Errorf(codes.Internal, "staging record %s names unknown mounter %q", recordPath(rec.StagingPath), rec.Mounter)
+	}
+	// no Available check: a mounter that went away (module unloaded) must still be cleaned up
+	if err := attacher.Detach(ctx, rec.Attachment); err != nil {
+		return errorStatus("detaching image "+rec.Attachment.Image.Spec(), err)
+	}
+	if dir := rec.Attachment.WorkDir; dir != "" {
+		// os.Remove, never RemoveAll: were anything still mounted in there, recursive removal
+		// would reach into it (and unlinking the file rbd-fuse shows removes the image)
+		if err := ignoreNotExist(os.Remove(dir + "/" + indexName)); err != nil {
+			return status.Errorf(codes.Internal, "removing the volume index: %v", err)
+		}
+		if err := ignoreNotExist(os.Remove(dir)); errors.Is(err, unix.ENOTEMPTY) {
+			klog.FromContext(ctx).Info("Work directory not empty, left in place", "dir", dir)
+		} else if err != nil {
+			return status.Errorf(codes.Internal, "removing the work directory: %v", err)
+		}
+	}
+	if err := rec.remove(); err != nil {
+		return status.Errorf(codes.Internal, "removing the staging record: %v", err)
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// NodeGetVolumeStats implements csi.NodeServer: bytes and inodes of the filesystem mounted at
+// volume_path, or the size of the block device published there. It takes no volume lock:
+// statistics must not fail because an expansion is running.
+func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
+	r, err := parsePathRequest(req.GetVolumeId(), req.GetVolumePath(), req.GetStagingTargetPath())
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(r.volumePath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, status.Errorf(codes.NotFound, "volume_path %q does not exist", r.volumePath)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "volume_path: %v", err)
+	}
+	m, err := attach.MountAt(r.volumePath)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "reading the mount table: %v", err)
+	}
+	if m == nil {
+		return nil, status.Errorf(codes.NotFound, "volume_path %q is not a mount", r.volumePath)
+	}
+	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+	}
+
+	if fi.Mode()&os.ModeDevice != 0 {
+		size, err := attach.DeviceSize(r.volumePath)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "size of %s: %v", r.volumePath, err)
+		}
+		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(r.volumePath, &st); err != nil {
+		return nil, status.Errorf(codes.Internal, "statfs %s: %v", r.volumePath, err)
+	}
+	bsize := st.Bsize
+	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
+		{
+			Unit:      csi.VolumeUsage_BYTES,
+			Total:     int64(st.Blocks) * bsize,
+			Available: int64(st.Bavail) * bsize,
+			Used:      int64(st.Blocks-st.Bfree) * bsize,
+		},
+		{
+			Unit:      csi.VolumeUsage_INODES,
+			Total:     int64(st.Files),
+			Available: int64(st.Ffree),
+			Used:      int64(st.Files - st.Ffree),
+		},
+	}}, nil
+}
