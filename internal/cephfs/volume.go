@@ -419,17 +419,19 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 
 func removeSubvolume(s site, rec *journal.Record) error {
 	fs, group, name := s.fs.Name, rec.Attrs[attrGroup], subvolumeName(rec.UID)
-	// a clone still copying cannot be removed: stop it first
-	if st, err := s.admin.CloneStatus(fs, group, name); err == nil && (st.State == admin.ClonePending || st.State == admin.CloneInProgress) {
-		if err := s.admin.CancelClone(fs, group, name); err != nil && !isNotFound(err) {
-			return classify("cancel clone "+name, err)
+	// a clone that never completed may still be copying (it cannot be removed until stopped),
+	// and its PVC-PVC transient snapshot may still be on the source; a ready volume has neither
+	if rec.Attrs[attrSource] != "" && rec.Attrs[attrState] != stateReady {
+		if st, err := s.admin.CloneStatus(fs, group, name); err == nil && (st.State == admin.ClonePending || st.State == admin.CloneInProgress) {
+			if err := s.admin.CancelClone(fs, group, name); err != nil && !isNotFound(err) {
+				return classify("cancel clone "+name, err)
+			}
 		}
-	}
-	// the transient snapshot a PVC-PVC clone cut on its source, if the clone never finished
-	if sub := rec.Attrs[attrSrcSubvolume]; sub != "" {
-		err := s.admin.RemoveSubVolumeSnapshot(fs, rec.Attrs[attrSrcGroup], sub, cloneSnap(rec.UID))
-		if err != nil && !isNotFound(err) {
-			return classify("remove transient snapshot", err)
+		if sub := rec.Attrs[attrSrcSubvolume]; sub != "" {
+			err := s.admin.RemoveSubVolumeSnapshot(fs, rec.Attrs[attrSrcGroup], sub, cloneSnap(rec.UID))
+			if err != nil && !isNotFound(err) {
+				return classify("remove transient snapshot", err)
+			}
 		}
 	}
 	err := s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{})
