@@ -5,16 +5,14 @@
 package sanitytest
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
-	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/e2e/localdriver"
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
@@ -51,37 +49,8 @@ var _ = ginkgo.ReportAfterEach(func(r ginkgo.SpecReport) {
 
 // Run starts the driver in all-in-one mode on a temporary socket and runs the sanity suite.
 func Run(t *testing.T, o Options) {
-	cl := cephtest.Env(t)
-	dir, err := os.MkdirTemp("", "sanity-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	clusters := filepath.Join(dir, "clusters.json")
-	extra := ""
-	if o.ClusterMap != "" {
-		extra = "," + o.ClusterMap
-	}
-	if err := os.WriteFile(clusters, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]%s}]`, cl.ID, cl.Monitors, extra)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	d, err := driver.New(driver.Config{
-		Type: o.Type, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "sanity-node",
-		ClusterConfig: clusters, StateDir: filepath.Join(dir, "state"), RBDMaxCloneDepth: 8,
-		CephTimeouts: cephTimeouts, ConnIdleTTL: time.Minute, HealthTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("driver: %v", err)
-		}
-	})
+	d := localdriver.Start(t, o.Type, o.ClusterMap)
+	cl, dir := d.Cluster, d.Dir
 
 	secrets := map[string]map[string]string{}
 	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret",
@@ -103,7 +72,7 @@ func Run(t *testing.T, o Options) {
 		params[k] = v
 	}
 	cfg := sanity.NewTestConfig()
-	cfg.Address = d.SocketPath()
+	cfg.Address = d.Socket
 	cfg.SecretsFile = secretsFile
 	cfg.TargetPath = filepath.Join(dir, "target")
 	cfg.StagingPath = filepath.Join(dir, "staging")
