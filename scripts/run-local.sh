@@ -37,7 +37,12 @@ bin/monoceph --type="$TYPE" --mode=all --endpoint="unix://$SOCK" --nodeid="$(hos
 echo $! >"$PIDFILE"
 
 PROTO_DIR=$(go env GOMODCACHE)/github.com/container-storage-interface/spec@v1.13.0
-csi() { bin/grpcurl -plaintext -max-time 10 -import-path "$PROTO_DIR" -proto csi.proto "unix://$SOCK" "$@"; }
+# csi [-d BODY] METHOD: grpcurl wants its options before the address
+csi() {
+  local opts=()
+  while [[ $1 == -* ]]; do opts+=("$1" "$2"); shift 2; done
+  bin/grpcurl -plaintext -max-time 30 -import-path "$PROTO_DIR" -proto csi.proto "${opts[@]}" "unix://$SOCK" "$@"
+}
 for _ in $(seq 100); do csi csi.v1.Identity/Probe >/dev/null 2>&1 && break; sleep 0.1; done
 
 echo "== monoceph $TYPE driver, pid $(cat "$PIDFILE"), log $LOG"
@@ -46,6 +51,32 @@ echo "== Identity/GetPluginCapabilities"; csi csi.v1.Identity/GetPluginCapabilit
 echo "== Identity/Probe";                 csi csi.v1.Identity/Probe
 echo "== GET http://$METRICS/healthz";    curl -sS "http://$METRICS/healthz"
 echo "== cluster map $MONOCEPH_CLUSTER_CONFIG"; cat "$MONOCEPH_CLUSTER_CONFIG"
+
+# A volume's life through the controller: the key goes on stdin, never on a command line.
+secrets="\"secrets\":{\"userID\":\"$CEPH_ADMIN_ID\",\"userKey\":\"$CEPH_ADMIN_KEY\"}"
+call() { local method=$1 body=$2; csi -d @ "$method" <<<"{$body,$secrets}"; }
+mount='"volumeCapabilities":[{"mount":{},"accessMode":{"mode":"SINGLE_NODE_WRITER"}}]'
+if [[ $TYPE == rbd ]]; then
+  params="\"parameters\":{\"clusterID\":\"$MONOCEPH_CLUSTER_ID\",\"pool\":\"$CEPH_RBD_POOL\",\"mounter\":\"fuse\"}"
+  list_storage() { rbd -c "$CEPH_CONF" ls "$CEPH_RBD_POOL"; }
+else
+  params="\"parameters\":{\"clusterID\":\"$MONOCEPH_CLUSTER_ID\",\"fsName\":\"$CEPH_FS_NAME\",\"mounter\":\"fuse\"}"
+  list_storage() { ceph -c "$CEPH_CONF" fs subvolume ls "$CEPH_FS_NAME" --group_name csi; }
+fi
+echo "== Controller/CreateVolume demo-volume (64 MiB)"
+vol=$(call csi.v1.Controller/CreateVolume "\"name\":\"demo-volume\",\"capacityRange\":{\"requiredBytes\":67108864},$mount,$params")
+echo "$vol"
+volid=$(sed -n 's/.*"volumeId": "\([^"]*\)".*/\1/p' <<<"$vol")
+echo "== in Ceph:"; list_storage
+echo "== Controller/CreateSnapshot demo-snapshot"
+snap=$(call csi.v1.Controller/CreateSnapshot "\"name\":\"demo-snapshot\",\"sourceVolumeId\":\"$volid\"")
+echo "$snap"
+snapid=$(sed -n 's/.*"snapshotId": "\([^"]*\)".*/\1/p' <<<"$snap")
+echo "== Controller/ListSnapshots of the volume"; call csi.v1.Controller/ListSnapshots "\"sourceVolumeId\":\"$volid\""
+echo "== Controller/DeleteSnapshot, Controller/DeleteVolume"
+call csi.v1.Controller/DeleteSnapshot "\"snapshotId\":\"$snapid\"" >/dev/null
+call csi.v1.Controller/DeleteVolume "\"volumeId\":\"$volid\"" >/dev/null
+echo "== in Ceph afterwards:"; list_storage
 cat <<EOT
 
 monoceph is running in the background:
