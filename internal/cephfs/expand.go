@@ -44,22 +44,11 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 // ControllerExpandVolume raises the subvolume's quota; it never shrinks, and the node has
 // nothing to do (a quota change is seen by every mount at once).
 func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	raw := req.GetVolumeId()
-	if raw == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	if req.GetCapacityRange() == nil {
-		return nil, status.Error(codes.InvalidArgument, "capacity_range is missing")
-	}
-	if vc := req.GetVolumeCapability(); vc != nil {
-		if reason := support.Check([]*csi.VolumeCapability{vc}); reason != "" {
-			return nil, status.Error(codes.InvalidArgument, "volume_capability: "+reason)
-		}
-	}
-	size, err := volcap.Size(req.GetCapacityRange(), 0)
+	size, err := controller.CheckExpand(req, support)
 	if err != nil {
 		return nil, err
 	}
+	raw := req.GetVolumeId()
 	unlock, err := c.opts.Locks.TryLock("ControllerExpandVolume", raw)
 	if err != nil {
 		return nil, err
@@ -89,11 +78,8 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 
 // ValidateVolumeCapabilities confirms what this driver can serve for an existing volume.
 func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is missing")
+	if err := controller.CheckValidate(req); err != nil {
+		return nil, err
 	}
 	s, rec, err := c.openVolume(ctx, req.GetVolumeId(), req.GetSecrets())
 	if err != nil {

@@ -50,27 +50,27 @@ func backingFromShallow(rec *journal.Record) backing {
 // backing snapshot of a shallow source volume. A regular source volume cannot back a shallow
 // volume (there is no snapshot to expose).
 func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing, error) {
-	if src.vol != nil {
-		rec, err := journal.Get(ctx, s.journal(), journal.Volume, src.vol.UID)
+	if src.Vol != nil {
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, src.Vol.UID)
 		if err != nil {
 			return backing{}, err
 		}
 		if rec == nil || rec.Attrs[attrState] != stateReady {
-			return backing{}, controller.NotFoundf("source volume %q does not exist", src.vol.String())
+			return backing{}, controller.NotFoundf("source volume %q does not exist", src.Vol.String())
 		}
 		if rec.Attrs[attrKind] != kindShallow {
 			return backing{}, status.Errorf(codes.InvalidArgument,
 				"volume_content_source: a read-only volume from regular volume %q would be shallow, which needs a snapshot: use a snapshot source, or parameters[%q]=\"false\" for a full copy",
-				src.vol.String(), paramBackingSnapshot)
+				src.Vol.String(), paramBackingSnapshot)
 		}
 		return backingFromShallow(rec), nil
 	}
-	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, src.snap.SnapUID)
+	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, src.Snap.SnapUID)
 	if err != nil {
 		return backing{}, err
 	}
 	if rec == nil || rec.Attrs[attrCreated] == "" {
-		return backing{}, controller.NotFoundf("source snapshot %q does not exist", src.snap.String())
+		return backing{}, controller.NotFoundf("source snapshot %q does not exist", src.Snap.String())
 	}
 	size, _ := strconv.ParseInt(rec.Attrs[attrSnapSize], 10, 64)
 	return backing{snapUID: rec.UID, group: rec.Attrs[attrGroup], subvolume: rec.Attrs[attrSubvolume],

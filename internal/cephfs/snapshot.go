@@ -32,16 +32,10 @@ const (
 // CreateSnapshot snapshots the subvolume. Pacific's snapshot info has no size, so the size is
 // the volume's quota when the snapshot is cut: what a restore needs.
 func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	name, srcID := req.GetName(), req.GetSourceVolumeId()
-	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is missing")
-	}
-	if srcID == "" {
-		return nil, status.Error(codes.InvalidArgument, "source_volume_id is missing")
-	}
-	if err := controller.UnknownParams(req.GetParameters()); err != nil {
+	if err := controller.CheckCreateSnapshot(req); err != nil {
 		return nil, err
 	}
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
 	src, err := volid.ParseCephFSVolume(srcID)
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)

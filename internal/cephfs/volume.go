@@ -50,57 +50,21 @@ const (
 )
 
 // source is a decoded volume_content_source.
-type source struct {
-	snap *volid.CephFSSnapshot
-	vol  *volid.CephFSVolume
-}
+type source = controller.Source[volid.CephFSSnapshot, volid.CephFSVolume]
 
-func (s source) String() string {
+// sourceIDs is the cluster and filesystem a source is on ("", -1 for none).
+func sourceIDs(s source) (clusterID string, fscid int64) {
 	switch {
-	case s.snap != nil:
-		return "snapshot:" + s.snap.String()
-	case s.vol != nil:
-		return "volume:" + s.vol.String()
-	}
-	return ""
-}
-
-func (s source) ids() (clusterID string, fscid int64) {
-	switch {
-	case s.snap != nil:
-		return s.snap.ClusterID, s.snap.FSCID
-	case s.vol != nil:
-		return s.vol.ClusterID, s.vol.FSCID
+	case s.Snap != nil:
+		return s.Snap.ClusterID, s.Snap.FSCID
+	case s.Vol != nil:
+		return s.Vol.ClusterID, s.Vol.FSCID
 	}
 	return "", -1
 }
 
 func parseSource(cs *csi.VolumeContentSource) (source, error) {
-	switch {
-	case cs == nil:
-		return source{}, nil
-	case cs.GetSnapshot() != nil:
-		id := cs.GetSnapshot().GetSnapshotId()
-		if id == "" {
-			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is missing")
-		}
-		s, err := volid.ParseCephFSSnapshot(id)
-		if err != nil {
-			return source{}, controller.NotFoundf("source snapshot %q does not exist", id)
-		}
-		return source{snap: &s}, nil
-	case cs.GetVolume() != nil:
-		id := cs.GetVolume().GetVolumeId()
-		if id == "" {
-			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is missing")
-		}
-		v, err := volid.ParseCephFSVolume(id)
-		if err != nil {
-			return source{}, controller.NotFoundf("source volume %q does not exist", id)
-		}
-		return source{vol: &v}, nil
-	}
-	return source{}, status.Error(codes.InvalidArgument, "volume_content_source: neither snapshot nor volume")
+	return controller.ParseSource(cs, volid.ParseCephFSSnapshot, volid.ParseCephFSVolume)
 }
 
 // request is a validated CreateVolume.
@@ -135,7 +99,7 @@ func (c *Controller) validateCreate(req *csi.CreateVolumeRequest) (request, erro
 	if r.src, err = parseSource(req.GetVolumeContentSource()); err != nil {
 		return r, err
 	}
-	if id, _ := r.src.ids(); id != "" && id != r.params.ClusterID {
+	if id, _ := sourceIDs(r.src); id != "" && id != r.params.ClusterID {
 		return r, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, r.params.ClusterID)
 	}
 	r.shallow = volcap.ReadOnly(req.GetVolumeCapabilities()) && r.params.BackingSnapshot && r.src.String() != ""
@@ -163,7 +127,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer s.release()
 	fs := s.fs
-	if _, fscid := r.src.ids(); fscid >= 0 && fscid != fs.ID {
+	if _, fscid := sourceIDs(r.src); fscid >= 0 && fscid != fs.ID {
 		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on another filesystem than %q", fs.Name)
 	}
 	if r.shallow {
@@ -203,7 +167,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 			return nil, err
 		}
 		switch {
-		case r.src.snap != nil || r.src.vol != nil:
+		case r.src.Snap != nil || r.src.Vol != nil:
 			err = c.ensureClone(ctx, s, rec, srcInfo, uint64(r.size))
 		default:
 			err = classify("create subvolume "+name, s.admin.CreateSubVolume(fs.Name, group, name,
@@ -265,38 +229,38 @@ type sourceInfo struct {
 // checkSource verifies the content source exists and fits, before anything is reserved.
 func (c *Controller) checkSource(ctx context.Context, s site, r request) (sourceInfo, error) {
 	switch {
-	case r.src.snap != nil:
-		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.snap.SnapUID)
+	case r.src.Snap != nil:
+		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.Snap.SnapUID)
 		if err != nil {
 			return sourceInfo{}, err
 		}
 		if rec == nil || rec.Attrs[attrCreated] == "" {
-			return sourceInfo{}, controller.NotFoundf("source snapshot %q does not exist", r.src.snap.String())
+			return sourceInfo{}, controller.NotFoundf("source snapshot %q does not exist", r.src.Snap.String())
 		}
 		size, _ := strconv.ParseInt(rec.Attrs[attrSnapSize], 10, 64)
 		if size > r.size {
-			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source snapshot %s (%d bytes)", r.size, r.src.snap.String(), size)
+			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source snapshot %s (%d bytes)", r.size, r.src.Snap.String(), size)
 		}
 		return sourceInfo{group: rec.Attrs[attrGroup], subvolume: rec.Attrs[attrSubvolume], snapshot: snapName(rec.UID), size: size}, nil
-	case r.src.vol != nil:
-		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.vol.UID)
+	case r.src.Vol != nil:
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.Vol.UID)
 		if err != nil {
 			return sourceInfo{}, err
 		}
 		if rec == nil || rec.Attrs[attrState] != stateReady {
-			return sourceInfo{}, controller.NotFoundf("source volume %q does not exist", r.src.vol.String())
+			return sourceInfo{}, controller.NotFoundf("source volume %q does not exist", r.src.Vol.String())
 		}
 		if rec.Attrs[attrKind] == kindShallow {
 			// a regular volume from a shallow one is a regular volume from its snapshot
 			b := backingFromShallow(rec)
 			if b.size > r.size {
-				return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", r.size, r.src.vol.String(), b.size)
+				return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", r.size, r.src.Vol.String(), b.size)
 			}
 			return sourceInfo{group: b.group, subvolume: b.subvolume, snapshot: b.snapshot, size: b.size}, nil
 		}
 		size, _ := strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
 		if size > r.size {
-			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", r.size, r.src.vol.String(), size)
+			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", r.size, r.src.Vol.String(), size)
 		}
 		return sourceInfo{group: rec.Attrs[attrGroup], subvolume: subvolumeName(rec.UID), size: size, transient: true}, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
@@ -93,6 +94,22 @@ func poolByID(ctx context.Context, conn *ceph.Conn, id int64) (string, error) {
 // poolByName resolves a StorageClass's pool to its ID, which volume IDs carry.
 func poolByName(ctx context.Context, conn *ceph.Conn, name string) (int64, error) {
 	return ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (int64, error) { return r.GetPoolByName(name) })
+}
+
+// placeOf connects with the RPC's secrets and resolves a pool ID from an ID. gone reports a
+// pool that no longer exists (so neither does anything in it); the caller releases p.conn
+// unless gone or err.
+func (c *Controller) placeOf(ctx context.Context, cl v1.Cluster, poolID int64, ns string, secrets map[string]string) (p place, gone bool, err error) {
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		return place{}, false, err
+	}
+	pool, err := poolByID(ctx, conn, poolID)
+	if err != nil {
+		conn.Release()
+		return place{}, errors.Is(err, ceph.ErrNotFound), err
+	}
+	return place{conn: conn, pool: pool, ns: ns}, false, nil
 }
 
 // orNotFound turns a Ceph "not found" into NOT_FOUND with what, other errors pass on.

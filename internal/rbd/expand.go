@@ -8,7 +8,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/controller"
-	"github.com/monoceph/monoceph/internal/volcap"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,16 +24,10 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 	if err != nil {
 		return place{}, id, imageState{}, err
 	}
-	conn, err := c.Connect(ctx, cl, secrets)
+	p, _, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, secrets)
 	if err != nil {
-		return place{}, id, imageState{}, err
-	}
-	pool, err := poolByID(ctx, conn, id.PoolID)
-	if err != nil {
-		conn.Release()
 		return place{}, id, imageState{}, orNotFound(err, "volume "+raw)
 	}
-	p := place{conn: conn, pool: pool, ns: id.Namespace}
 	st, err := do(ctx, p, "inspect volume", func(io *rados.IOContext) (imageState, error) {
 		return inspect(io, imageName(id.UID))
 	})
@@ -42,7 +35,7 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 		err = controller.NotFoundf("volume %q does not exist", raw)
 	}
 	if err != nil {
-		conn.Release()
+		p.conn.Release()
 		return place{}, id, st, err
 	}
 	return p, id, st, nil
@@ -51,22 +44,11 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 // ControllerExpandVolume grows the image; it never shrinks. A filesystem volume then needs the
 // node to grow its filesystem.
 func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	raw := req.GetVolumeId()
-	if raw == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	if req.GetCapacityRange() == nil {
-		return nil, status.Error(codes.InvalidArgument, "capacity_range is missing")
-	}
-	if vc := req.GetVolumeCapability(); vc != nil {
-		if reason := support.Check([]*csi.VolumeCapability{vc}); reason != "" {
-			return nil, status.Error(codes.InvalidArgument, "volume_capability: "+reason)
-		}
-	}
-	size, err := volcap.Size(req.GetCapacityRange(), 0)
+	size, err := controller.CheckExpand(req, support)
 	if err != nil {
 		return nil, err
 	}
+	raw := req.GetVolumeId()
 	unlock, err := c.opts.Locks.TryLock("ControllerExpandVolume", raw)
 	if err != nil {
 		return nil, err
@@ -96,11 +78,8 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 // ValidateVolumeCapabilities confirms the capabilities this driver can serve for an existing
 // volume.
 func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest) (*csi.ValidateVolumeCapabilitiesResponse, error) {
-	if req.GetVolumeId() == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	if len(req.GetVolumeCapabilities()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "volume_capabilities is missing")
+	if err := controller.CheckValidate(req); err != nil {
+		return nil, err
 	}
 	p, _, _, err := c.openVolume(ctx, req.GetVolumeId(), req.GetSecrets())
 	if err != nil {

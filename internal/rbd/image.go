@@ -44,6 +44,11 @@ func (p place) String() string {
 
 // do runs fn on a fresh IOContext of p under the RPC's deadline.
 func do[T any](ctx context.Context, p place, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
+	return doRados(ctx, p, op, func(_ *rados.Conn, io *rados.IOContext) (T, error) { return fn(io) })
+}
+
+// doRados is do for work that also opens other pools (a clone's parent, a trashed parent).
+func doRados[T any](ctx context.Context, p place, op string, fn func(*rados.Conn, *rados.IOContext) (T, error)) (T, error) {
 	return ceph.Call(ctx, p.conn, op, func(r *rados.Conn) (T, error) {
 		var zero T
 		io, err := r.OpenIOContext(p.pool)
@@ -52,7 +57,7 @@ func do[T any](ctx context.Context, p place, op string, fn func(*rados.IOContext
 		}
 		defer io.Destroy()
 		io.SetNamespace(p.ns)
-		return fn(io)
+		return fn(r, io)
 	})
 }
 

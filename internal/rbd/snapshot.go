@@ -32,16 +32,10 @@ const (
 // pool and namespace) makes it idempotent by name and records size and creation time for
 // ListSnapshots.
 func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	name, srcID := req.GetName(), req.GetSourceVolumeId()
-	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is missing")
-	}
-	if srcID == "" {
-		return nil, status.Error(codes.InvalidArgument, "source_volume_id is missing")
-	}
-	if err := controller.UnknownParams(req.GetParameters()); err != nil {
+	if err := controller.CheckCreateSnapshot(req); err != nil {
 		return nil, err
 	}
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
 	src, err := volid.ParseRBDVolume(srcID)
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
@@ -55,16 +49,11 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.Connect(ctx, cl, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	pool, err := poolByID(ctx, conn, src.PoolID)
+	p, _, err := c.placeOf(ctx, cl, src.PoolID, src.Namespace, req.GetSecrets())
 	if err != nil {
 		return nil, orNotFound(err, "source volume "+srcID)
 	}
-	p := place{conn: conn, pool: pool, ns: src.Namespace}
+	defer p.conn.Release()
 
 	rec, created, err := journal.Reserve(ctx, p.journal(), journal.Snapshot, name, map[string]string{attrSourceVolume: srcID})
 	if err != nil {
@@ -169,27 +158,16 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.Connect(ctx, cl, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	pool, err := poolByID(ctx, conn, id.PoolID)
-	if errors.Is(err, ceph.ErrNotFound) {
+	p, gone, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
+	if gone {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	p := place{conn: conn, pool: pool, ns: id.Namespace}
+	defer p.conn.Release()
 	image := imageName(id.UID)
-	_, err = ceph.Call(ctx, conn, "delete snapshot", func(r *rados.Conn) (struct{}, error) {
-		io, err := r.OpenIOContext(p.pool)
-		if err != nil {
-			return struct{}{}, err
-		}
-		defer io.Destroy()
-		io.SetNamespace(p.ns)
+	_, err = do(ctx, p, "delete snapshot", func(io *rados.IOContext) (struct{}, error) {
 		return struct{}{}, removeSnapshot(io, image, snapName(id.SnapUID))
 	})
 	if err != nil {
@@ -199,13 +177,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err := journal.Release(ctx, p.journal(), journal.Snapshot, id.SnapUID); err != nil {
 		return nil, err
 	}
-	_, err = ceph.Call(ctx, conn, "collect deleted volume", func(r *rados.Conn) (struct{}, error) {
-		io, err := r.OpenIOContext(p.pool)
-		if err != nil {
-			return struct{}{}, err
-		}
-		defer io.Destroy()
-		io.SetNamespace(p.ns)
+	_, err = doRados(ctx, p, "collect deleted volume", func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		st, err := inspect(io, image)
 		if err != nil || !st.deleted {
 			return struct{}{}, err
@@ -257,19 +229,15 @@ func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64,
 	if err != nil {
 		return nil, nil // not one of ours: nothing to list
 	}
-	conn, err := c.Connect(ctx, cl, secrets)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	pool, err := poolByID(ctx, conn, poolID)
-	if errors.Is(err, ceph.ErrNotFound) {
+	p, gone, err := c.placeOf(ctx, cl, poolID, ns, secrets)
+	if gone {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return snapshotsIn(ctx, place{conn: conn, pool: pool, ns: ns}, cl.ClusterID, poolID, keep)
+	defer p.conn.Release()
+	return snapshotsIn(ctx, p, cl.ClusterID, poolID, keep)
 }
 
 func snapshotsIn(ctx context.Context, p place, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {

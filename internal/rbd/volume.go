@@ -34,57 +34,20 @@ const (
 )
 
 // source is a decoded volume_content_source.
-type source struct {
-	snap *volid.RBDSnapshot
-	vol  *volid.RBDVolume
-}
+type source = controller.Source[volid.RBDSnapshot, volid.RBDVolume]
 
-func (s source) String() string {
+func sourceCluster(s source) string {
 	switch {
-	case s.snap != nil:
-		return "snapshot:" + s.snap.String()
-	case s.vol != nil:
-		return "volume:" + s.vol.String()
-	}
-	return ""
-}
-
-func (s source) clusterID() string {
-	switch {
-	case s.snap != nil:
-		return s.snap.ClusterID
-	case s.vol != nil:
-		return s.vol.ClusterID
+	case s.Snap != nil:
+		return s.Snap.ClusterID
+	case s.Vol != nil:
+		return s.Vol.ClusterID
 	}
 	return ""
 }
 
 func parseSource(cs *csi.VolumeContentSource) (source, error) {
-	switch {
-	case cs == nil:
-		return source{}, nil
-	case cs.GetSnapshot() != nil:
-		id := cs.GetSnapshot().GetSnapshotId()
-		if id == "" {
-			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.snapshot.snapshot_id is missing")
-		}
-		s, err := volid.ParseRBDSnapshot(id)
-		if err != nil {
-			return source{}, controller.NotFoundf("source snapshot %q does not exist", id)
-		}
-		return source{snap: &s}, nil
-	case cs.GetVolume() != nil:
-		id := cs.GetVolume().GetVolumeId()
-		if id == "" {
-			return source{}, status.Error(codes.InvalidArgument, "volume_content_source.volume.volume_id is missing")
-		}
-		v, err := volid.ParseRBDVolume(id)
-		if err != nil {
-			return source{}, controller.NotFoundf("source volume %q does not exist", id)
-		}
-		return source{vol: &v}, nil
-	}
-	return source{}, status.Error(codes.InvalidArgument, "volume_content_source: neither snapshot nor volume")
+	return controller.ParseSource(cs, volid.ParseRBDSnapshot, volid.ParseRBDVolume)
 }
 
 // CreateVolume reserves the name in the journal, then creates (or finishes creating) the image.
@@ -116,7 +79,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	if id := src.clusterID(); id != "" && id != params.ClusterID {
+	if id := sourceCluster(src); id != "" && id != params.ClusterID {
 		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, params.ClusterID)
 	}
 	unlock, err := c.opts.Locks.TryLock("CreateVolume", "rbd-volume-name:"+name)
@@ -160,10 +123,10 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 
 	switch {
 	case rec.Attrs[attrState] == stateReady:
-	case src.snap != nil:
-		err = c.cloneFromSnapshot(ctx, dst, rec.UID, uint64(size), params, *src.snap)
-	case src.vol != nil:
-		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.vol)
+	case src.Snap != nil:
+		err = c.cloneFromSnapshot(ctx, dst, rec.UID, uint64(size), params, *src.Snap)
+	case src.Vol != nil:
+		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.Vol)
 	default:
 		err = ensureBlank(ctx, dst, imageName(rec.UID), uint64(size), params, created)
 	}
@@ -194,10 +157,10 @@ func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) 
 	var poolID int64
 	var ns, image, snap, what string
 	switch {
-	case src.snap != nil:
-		poolID, ns, image, snap, what = src.snap.PoolID, src.snap.Namespace, imageName(src.snap.UID), snapName(src.snap.SnapUID), "source snapshot "+src.snap.String()
-	case src.vol != nil:
-		poolID, ns, image, what = src.vol.PoolID, src.vol.Namespace, imageName(src.vol.UID), "source volume "+src.vol.String()
+	case src.Snap != nil:
+		poolID, ns, image, snap, what = src.Snap.PoolID, src.Snap.Namespace, imageName(src.Snap.UID), snapName(src.Snap.SnapUID), "source snapshot "+src.Snap.String()
+	case src.Vol != nil:
+		poolID, ns, image, what = src.Vol.PoolID, src.Vol.Namespace, imageName(src.Vol.UID), "source volume "+src.Vol.String()
 	default:
 		return nil
 	}
@@ -464,19 +427,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, err
 	}
 	defer unlock()
-	conn, err := c.Connect(ctx, cl, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	pool, err := poolByID(ctx, conn, id.PoolID)
-	if errors.Is(err, ceph.ErrNotFound) {
+	p, gone, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
+	if gone {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	p := place{conn: conn, pool: pool, ns: id.Namespace}
+	defer p.conn.Release()
 	name := imageName(id.UID)
 	rec, err := journal.Get(ctx, p.journal(), journal.Volume, id.UID)
 	if err != nil {
@@ -486,13 +444,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
 	// snapshots) selects the careful path. That saves opening the image in the common case.
 	careful := rec != nil && rec.Attrs[attrSource] != ""
-	_, err = ceph.Call(ctx, conn, "delete image "+name, func(r *rados.Conn) (struct{}, error) {
-		io, err := r.OpenIOContext(p.pool)
-		if err != nil {
-			return struct{}{}, err
-		}
-		defer io.Destroy()
-		io.SetNamespace(p.ns)
+	_, err = doRados(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		if !careful {
 			err := rbd.RemoveImage(io, name)
 			kind := ceph.Wrap("", err)
