@@ -1,8 +1,9 @@
-package attach
+package hostexec
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 func TestHostExecutor(t *testing.T) {
 	t.Setenv("CEPH_ARGS", "--id intruder")
 	t.Setenv("CEPH_CONF", "/etc/elsewhere.conf")
-	x := NewExecutor(500 * time.Millisecond)
+	x := New(500 * time.Millisecond)
 	tests := []struct {
 		name     string
 		argv     []string
@@ -59,5 +60,32 @@ func TestCommandErrorTruncatesOutput(t *testing.T) {
 	msg := e.Error()
 	if len(msg) > maxOutput+100 || !strings.HasSuffix(msg, "the reason") {
 		t.Fatalf("message (%d bytes) should keep the last %d bytes of output: %q...", len(msg), maxOutput, msg[:80])
+	}
+}
+
+func TestRedact(t *testing.T) {
+	const key = "AQAAAAAAAAAAABAAMDEyMzQ1Njc4OWFiY2RlZg=="
+	var err error = &CommandError{Name: "ceph-fuse", ExitCode: 1, Output: "auth: failed to decode key '" + key + "'", Err: errors.New("exit status 1")}
+	if got := Redact(err, key); got != err || strings.Contains(got.Error(), key) || !strings.Contains(got.Error(), "<redacted>") {
+		t.Fatalf("Redact = %v", got)
+	}
+	if ExitCode(err) != 1 {
+		t.Fatalf("ExitCode after Redact = %d", ExitCode(err))
+	}
+	// a CommandError deeper in the chain: its output is redacted too
+	ce := &CommandError{Name: "mount", Output: key}
+	Redact(fmt.Errorf("mounting: %w", ce), key)
+	if strings.Contains(ce.Output, key) {
+		t.Fatalf("wrapped CommandError output %q", ce.Output)
+	}
+	plain := errors.New("no command: " + key)
+	if Redact(plain, key) != plain || Redact(nil, key) != nil {
+		t.Fatal("Redact changed an error that is not a CommandError")
+	}
+}
+
+func TestNewDefaultTimeout(t *testing.T) {
+	if x := New(0).(hostExecutor); x.timeout != DefaultTimeout {
+		t.Fatalf("timeout = %v, want %v", x.timeout, DefaultTimeout)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // ErrMounterUnavailable is the class of UnavailableError.
@@ -46,7 +47,7 @@ func (e *errnoError) ErrorCode() int { return -e.errno }
 
 // classify wraps a failed helper run as the result of op, with the errno its output names.
 func classify(op string, err error) error {
-	var ce *CommandError
+	var ce *hostexec.CommandError
 	if errors.As(err, &ce) {
 		for _, re := range errnoPatterns {
 			if m := re.FindStringSubmatch(ce.Output); m != nil {

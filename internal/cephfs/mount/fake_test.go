@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"sync"
+
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // fakeExec records commands and answers them from a script keyed by command name.
@@ -37,7 +39,7 @@ func (f *fakeExec) commands() []string {
 
 // failure is a CommandError as the host executor returns it.
 func failure(name string, args []string, output string) error {
-	return &CommandError{Name: name, Args: args, ExitCode: 1, Output: output, Err: errExit1}
+	return &hostexec.CommandError{Name: name, Args: args, ExitCode: 1, Output: output, Err: errExit1}
 }
 
 type exitErr struct{}

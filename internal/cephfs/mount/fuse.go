@@ -13,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 )
 
 // Files ceph-fuse keeps in a mount's work directory.
@@ -35,7 +38,7 @@ const MaxSocketPath = 107
 // Fuse mounts with ceph-fuse: one daemon per mount, started by the helper, which returns once
 // the mount is up and leaves the daemon running in the background.
 type Fuse struct {
-	x Executor
+	x hostexec.Executor
 	// connectTimeout bounds the daemon's connection to the cluster (client_mount_timeout):
 	// shorter than the command timeout, so Ceph's own error wins over the command being killed,
 	// and a daemon whose helper was killed gives up by itself.
@@ -49,7 +52,7 @@ type Fuse struct {
 }
 
 // NewFuse returns the ceph-fuse mounter.
-func NewFuse(x Executor, connectTimeout time.Duration) *Fuse {
+func NewFuse(x hostexec.Executor, connectTimeout time.Duration) *Fuse {
 	return &Fuse{x: x, connectTimeout: max(connectTimeout, time.Second), stopGrace: 10 * time.Second, proc: "/proc"}
 }
 
@@ -132,11 +135,11 @@ func (f *Fuse) Mount(ctx context.Context, r Request) error {
 	if err == nil {
 		return nil
 	}
-	err = classify("ceph-fuse mount of "+r.FSName+":"+r.Path, redact(err, r.Cred.Key()))
+	err = classify("ceph-fuse mount of "+r.FSName+":"+r.Path, hostexec.Redact(err, r.Cred.Key()))
 	// the helper may have been killed (timeout) after forking the daemon, which may still
 	// mount: make sure neither outlives the failure
 	cleanup := context.WithoutCancel(ctx)
-	if uerr := LazyUnmount(cleanup, f.x, r.Target); uerr != nil {
+	if uerr := hostmount.LazyUnmount(cleanup, f.x, r.Target); uerr != nil {
 		err = fmt.Errorf("%w (and unmounting %s: %v)", err, r.Target, uerr)
 	}
 	if serr := f.stop(cleanup, r.WorkDir, 0); serr != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 )
 
 // TestFuseLifecycle mounts the local cluster's filesystem with ceph-fuse, sees the mount break
@@ -23,7 +25,7 @@ func TestFuseLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	x := NewExecutor(30 * time.Second)
+	x := hostexec.New(30 * time.Second)
 	f := NewFuse(x, 10*time.Second)
 	ctx := context.Background()
 
@@ -70,14 +72,14 @@ func TestFuseLifecycle(t *testing.T) {
 	if state, _, err := Inspect(ctx, b.Target, 5*time.Second); err != nil || state != Healthy {
 		t.Fatalf("the other mount after the kill = %v, %v", state, err)
 	}
-	if err := LazyUnmount(ctx, x, a.Target); err != nil {
+	if err := hostmount.LazyUnmount(ctx, x, a.Target); err != nil {
 		t.Fatal(err)
 	}
 	if state, _, err := Inspect(ctx, a.Target, 5*time.Second); err != nil || state != NotMounted {
 		t.Fatalf("Inspect after the lazy unmount = %v, %v", state, err)
 	}
 	// a clean unmount: the daemon exits by itself and Release finds nothing to stop
-	if err := Unmount(ctx, x, b.Target); err != nil {
+	if err := hostmount.UnmountOrDetach(ctx, x, b.Target); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Release(ctx, b.WorkDir); err != nil {

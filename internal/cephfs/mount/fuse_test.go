@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 func testCred(t *testing.T) ceph.Credentials {
@@ -36,7 +37,7 @@ func testRequest(t *testing.T) Request {
 	}
 }
 
-func newTestFuse(x Executor, t *testing.T) *Fuse {
+func newTestFuse(x hostexec.Executor, t *testing.T) *Fuse {
 	f := NewFuse(x, 15*time.Second)
 	f.proc = t.TempDir() // no daemons
 	return f
@@ -118,7 +119,7 @@ func TestFuseMountKeyHandling(t *testing.T) {
 	if _, err := os.Stat(keyFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("key file %s after Mount: %v", keyFile, err)
 	}
-	if leftover, _ := filepath.Glob(filepath.Join(r.WorkDir, keyFilePrefix+"*")); len(leftover) > 0 {
+	if leftover, _ := filepath.Glob(filepath.Join(r.WorkDir, hostexec.KeyFilePrefix+"*")); len(leftover) > 0 {
 		t.Errorf("key files left: %v", leftover)
 	}
 }
@@ -153,7 +154,7 @@ func TestFuseMountErrors(t *testing.T) {
 			if tt.kind != nil && !errors.Is(err, tt.kind) {
 				t.Fatalf("error %v is not %v", err, tt.kind)
 			}
-			if leftover, _ := filepath.Glob(filepath.Join(r.WorkDir, keyFilePrefix+"*")); len(leftover) > 0 {
+			if leftover, _ := filepath.Glob(filepath.Join(r.WorkDir, hostexec.KeyFilePrefix+"*")); len(leftover) > 0 {
 				t.Errorf("key files left: %v", leftover)
 			}
 		})

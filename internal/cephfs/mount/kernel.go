@@ -12,11 +12,12 @@ import (
 	"time"
 
 	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // Kernel mounts with the kernel CephFS client (mount -t ceph, through mount.ceph).
 type Kernel struct {
-	x Executor
+	x hostexec.Executor
 	// filesystems lists the filesystems the kernel knows (/proc/filesystems).
 	filesystems string
 
@@ -30,12 +31,12 @@ type Kernel struct {
 const retryAfter = time.Minute
 
 // NewKernel returns the kernel mounter.
-func NewKernel(x Executor) *Kernel {
+func NewKernel(x hostexec.Executor) *Kernel {
 	return &Kernel{x: x, filesystems: "/proc/filesystems"}
 }
 
 // NewKernelWith is NewKernel reading the filesystem list from another file (tests).
-func NewKernelWith(x Executor, filesystems string) *Kernel {
+func NewKernelWith(x hostexec.Executor, filesystems string) *Kernel {
 	return &Kernel{x: x, filesystems: filesystems}
 }
 
@@ -145,7 +146,7 @@ func (k *Kernel) Mount(ctx context.Context, r Request) error {
 		return err
 	}
 	if _, err := k.x.Run(ctx, "mount", args...); err != nil {
-		return classify("kernel mount of "+r.FSName+":"+r.Path, redact(err, r.Cred.Key()))
+		return classify("kernel mount of "+r.FSName+":"+r.Path, hostexec.Redact(err, r.Cred.Key()))
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/monoceph/monoceph/internal/benchstat"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 )
 
 // BenchmarkStageUnstage times NodeStageVolume, NodeUnstageVolume and the remount of a volume
@@ -32,7 +34,7 @@ func BenchmarkStageUnstage(b *testing.B) {
 		return time.Since(start)
 	}
 
-	x := mount.NewExecutor(30 * time.Second)
+	x := hostexec.New(30 * time.Second)
 	f := mount.NewFuse(x, 15*time.Second)
 	r := mount.Request{Monitors: []string{env.Monitors}, FSName: env.FSName, Path: root, Cred: env.Admin,
 		Target: filepath.Join(n.dir, "floor"), WorkDir: filepath.Join(n.opts.StateDir, "floor")}
@@ -45,7 +47,7 @@ func BenchmarkStageUnstage(b *testing.B) {
 	for range rounds {
 		fuseMount = append(fuseMount, timed(func() error { return f.Mount(ctx, r) }))
 		fuseUnmount = append(fuseUnmount, timed(func() error {
-			if err := mount.Unmount(ctx, x, r.Target); err != nil {
+			if err := hostmount.UnmountOrDetach(ctx, x, r.Target); err != nil {
 				return err
 			}
 			return f.Release(ctx, r.WorkDir)

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/nodereq"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -38,7 +40,7 @@ func recoveryKeyPath(r *record) string { return filepath.Join(r.WorkDir, recover
 
 // saveRecoveryKey keeps the key of cred for remounting r's FUSE mount.
 func saveRecoveryKey(r *record, cred ceph.Credentials) error {
-	if err := writeFileAtomic(recoveryKeyPath(r), []byte(cred.Key()), 0o600); err != nil {
+	if err := nodestate.WriteFileAtomic(recoveryKeyPath(r), []byte(cred.Key()), 0o600); err != nil {
 		return fmt.Errorf("saving the recovery key: %w", err)
 	}
 	return nil
@@ -53,17 +55,18 @@ func loadRecoveryKey(r *record) (ceph.Credentials, error) {
 	return ceph.NewCredentials(r.CephUser, string(b))
 }
 
-func removeRecoveryKey(r *record) error { return ignoreNotExist(os.Remove(recoveryKeyPath(r))) }
+func removeRecoveryKey(r *record) error {
+	if err := os.Remove(recoveryKeyPath(r)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
 
 // remountCredentials picks the credentials to remount r with: the request's secrets when it
 // carries any, else the recovery key.
 func remountCredentials(r *record, secrets map[string]string) (ceph.Credentials, error) {
 	if len(secrets) > 0 {
-		cred, err := ceph.CredentialsFromSecrets(secrets)
-		if err != nil {
-			return cred, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
-		}
-		return cred, nil
+		return nodereq.Credentials(secrets)
 	}
 	cred, err := loadRecoveryKey(r)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -14,6 +14,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,7 +31,7 @@ func (f *fakeExec) Run(_ context.Context, name string, args ...string) ([]byte, 
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, name+" "+strings.Join(args, " "))
 	if name == "modprobe" {
-		return nil, &mount.CommandError{Name: name, Args: args, ExitCode: 1, Output: "modprobe: FATAL: Module ceph not found"}
+		return nil, &hostexec.CommandError{Name: name, Args: args, ExitCode: 1, Output: "modprobe: FATAL: Module ceph not found"}
 	}
 	return nil, nil
 }

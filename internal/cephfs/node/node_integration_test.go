@@ -16,6 +16,8 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 )
@@ -101,7 +103,7 @@ func TestFuseStagePublishRWX(t *testing.T) {
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("recovery key: %v, %v", fi, err)
 		}
-		rec, err := os.ReadFile(recordPath(a.stagingPath(vol)))
+		rec, err := os.ReadFile(nodestate.RecordPath(a.stagingPath(vol)))
 		if err != nil || strings.Contains(string(rec), env.Admin.Key()) {
 			t.Fatalf("record: %v (holds the key: %v)", err, strings.Contains(string(rec), env.Admin.Key()))
 		}
@@ -189,12 +191,12 @@ func TestFuseStagePublishRWX(t *testing.T) {
 	if pids, _ := mount.FuseDaemons("/proc", mount.FuseSocket(workDir)); len(pids) > 0 {
 		t.Fatalf("ceph-fuse %v still runs after unstage", pids)
 	}
-	for _, p := range []string{workDir, recordPath(a.stagingPath(vol))} {
+	for _, p := range []string{workDir, nodestate.RecordPath(a.stagingPath(vol))} {
 		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("%s after unstage: %v", p, err)
 		}
 	}
-	if m, _ := mount.MountAt(a.stagingPath(vol)); m != nil {
+	if m, _ := hostmount.MountAt(a.stagingPath(vol)); m != nil {
 		t.Fatal("staging path still mounted")
 	}
 	wantCode(t, a.publish(t, vol, "late", rwx, false, nil), codes.FailedPrecondition, "is not staged")
@@ -342,7 +344,7 @@ func TestUnstageBrokenMount(t *testing.T) {
 	n.killDaemon(t, vol)
 	n.unpublish(t, vol, "p")
 	n.unstage(t, vol)
-	if m, _ := mount.MountAt(n.stagingPath(vol)); m != nil {
+	if m, _ := hostmount.MountAt(n.stagingPath(vol)); m != nil {
 		t.Fatal("staging path still mounted")
 	}
 	if _, err := os.Stat(n.workDir(vol)); !errors.Is(err, fs.ErrNotExist) {
@@ -373,7 +375,7 @@ func TestStageFailures(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			vol := "vol-" + strings.ReplaceAll(tt.name, " ", "-")
 			wantCode(t, n.stage(t, vol, tt.vc, rwx), tt.code, tt.msg)
-			if _, err := os.Stat(recordPath(n.stagingPath(vol))); !errors.Is(err, fs.ErrNotExist) {
+			if _, err := os.Stat(nodestate.RecordPath(n.stagingPath(vol))); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("record after a failed stage: %v", err)
 			}
 			if _, err := os.Stat(n.workDir(vol)); !errors.Is(err, fs.ErrNotExist) {
@@ -382,7 +384,7 @@ func TestStageFailures(t *testing.T) {
 			if pids, _ := mount.FuseDaemons("/proc", mount.FuseSocket(n.workDir(vol))); len(pids) > 0 {
 				t.Errorf("daemons after a failed stage: %v", pids)
 			}
-			if m, _ := mount.MountAt(n.stagingPath(vol)); m != nil {
+			if m, _ := hostmount.MountAt(n.stagingPath(vol)); m != nil {
 				t.Error("mounted after a failed stage")
 			}
 		})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -27,13 +29,11 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodePublishVolume", r.volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodePublishVolume", r.volumeID, "targetPath", r.targetPath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "targetPath", r.targetPath)
-	ctx = klog.NewContext(ctx, log)
 
 	rec, err := readRecord(r.stagingPath)
 	if err != nil {
@@ -64,7 +64,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 		return &csi.NodePublishVolumeResponse{}, nil
 	}
 	if err := s.bindTarget(ctx, rec, target{Path: r.targetPath, ReadOnly: readOnly}); err != nil {
-		if uerr := mount.LazyUnmount(context.WithoutCancel(ctx), s.x, r.targetPath); uerr != nil {
+		if uerr := hostmount.LazyUnmount(context.WithoutCancel(ctx), s.x, r.targetPath); uerr != nil {
 			log.Error(uerr, "Unmounting a failed publish")
 		}
 		if rec.removeTarget(r.targetPath) {
@@ -94,12 +94,12 @@ func (s *Server) checkTarget(ctx context.Context, rec *record, targetPath string
 			break
 		}
 		klog.FromContext(ctx).Info("Replacing a broken bind mount at the target")
-		if err := mount.LazyUnmount(ctx, s.x, targetPath); err != nil {
+		if err := hostmount.LazyUnmount(ctx, s.x, targetPath); err != nil {
 			return false, errorStatus("detaching the broken mount at target_path", err)
 		}
 		return false, nil
 	case mount.Healthy:
-		staging, err := mount.MountAt(rec.StagingPath)
+		staging, err := hostmount.MountAt(rec.StagingPath)
 		if err != nil {
 			return false, internal("reading the mount table", err)
 		}
@@ -107,11 +107,11 @@ func (s *Server) checkTarget(ctx context.Context, rec *record, targetPath string
 		if rec.Shallow != nil {
 			wantRoot = path.Join(staging.Root, rec.Shallow.SnapshotDir)
 		}
-		if mount.SameFilesystem(m, staging) && m.Root == wantRoot {
-			if mount.ReadOnly(m) == readOnly {
+		if hostmount.SameFilesystem(m, staging) && m.Root == wantRoot {
+			if hostmount.ReadOnly(m) == readOnly {
 				return true, nil
 			}
-			return false, status.Errorf(codes.AlreadyExists, "target_path %q is already published %s", targetPath, rw(mount.ReadOnly(m)))
+			return false, status.Errorf(codes.AlreadyExists, "target_path %q is already published %s", targetPath, rw(hostmount.ReadOnly(m)))
 		}
 	}
 	return false, status.Errorf(codes.AlreadyExists, "target_path %q is already mounted, but not as this volume's bind mount (%s %s)", targetPath, m.FsType, m.Root)
@@ -121,20 +121,18 @@ func (s *Server) checkTarget(ctx context.Context, rec *record, targetPath string
 // remove it: the spec makes the plugin remove what it created. A target that is gone is
 // success.
 func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	volumeID, targetPath, err := parseUnpublish(req)
+	volumeID, targetPath, err := nodereq.Unpublish(req)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeUnpublishVolume", volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeUnpublishVolume", volumeID, "targetPath", targetPath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "targetPath", targetPath)
-	ctx = klog.NewContext(ctx, log)
 
-	// Unmount falls back to a lazy unmount, which also clears a bind of a dead FUSE mount
-	if err := mount.Unmount(ctx, s.x, targetPath); err != nil {
+	// UnmountOrDetach falls back to a lazy unmount, which also clears a bind of a dead FUSE mount
+	if err := hostmount.UnmountOrDetach(ctx, s.x, targetPath); err != nil {
 		return nil, errorStatus("unmounting target_path", err)
 	}
 	if err := os.Remove(targetPath); err != nil && !errors.Is(err, fs.ErrNotExist) {

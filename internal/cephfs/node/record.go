@@ -1,16 +1,12 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/monoceph/monoceph/internal/nodestate"
 )
 
 // record is what NodeStageVolume set up at a staging path. It is written before anything is
@@ -64,75 +60,19 @@ const (
 	stateStaged = "staged"
 )
 
-// recordSuffix names the record next to the staging path.
-const recordSuffix = ".monoceph.json"
-
-func recordPath(stagingPath string) string { return filepath.Clean(stagingPath) + recordSuffix }
-
 // readRecord returns the record of a staging path, or nil when there is none.
 func readRecord(stagingPath string) (*record, error) {
-	b, err := os.ReadFile(recordPath(stagingPath))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("staging record %s: %w", recordPath(stagingPath), err)
-	}
-	if r.Version != recordVersion {
-		return nil, fmt.Errorf("staging record %s: version %d, want %d", recordPath(stagingPath), r.Version, recordVersion)
-	}
-	return &r, nil
+	return nodestate.ReadRecord[record](stagingPath, recordVersion)
 }
 
 // write replaces the record atomically (temporary file, fsync, rename, fsync of the
 // directory): a crash leaves the old record or the new one, never a torn file.
 func (r *record) write() error {
 	r.Version = recordVersion
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	return writeFileAtomic(recordPath(r.StagingPath), append(b, '\n'), 0o600)
+	return nodestate.WriteRecord(r.StagingPath, r)
 }
 
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-func (r *record) remove() error { return ignoreNotExist(os.Remove(recordPath(r.StagingPath))) }
+func (r *record) remove() error { return nodestate.RemoveRecord(r.StagingPath) }
 
 // source is what publishing binds: the staging path, or the snapshot directory in it.
 func (r *record) source() string {
@@ -201,46 +141,18 @@ func rw(readOnly bool) string {
 	return "read-write"
 }
 
-// workDir is the volume's directory under the state directory. Volume IDs are hashed: they may
-// hold any character and be up to 128 bytes long, and the admin socket path in it must stay
-// within a unix socket's 107 bytes.
-func (s *Server) workDir(volumeID string) string {
-	sum := sha256.Sum256([]byte(volumeID))
-	return filepath.Join(s.opts.StateDir, hex.EncodeToString(sum[:workDirHashBytes]))
-}
+// workDir is the volume's directory under the state directory; the admin socket path in it
+// must stay within a unix socket's 107 bytes (see newServer).
+func (s *Server) workDir(volumeID string) string { return nodestate.WorkDir(s.opts.StateDir, volumeID) }
 
-const (
-	workDirHashBytes = 12
-	// indexName is a symbolic link in the work directory to the volume's record.
-	indexName = "record"
-)
-
-func (s *Server) writeIndex(r *record) error {
-	link := filepath.Join(r.WorkDir, indexName)
-	if t, err := os.Readlink(link); err == nil && t == recordPath(r.StagingPath) {
-		return nil
-	}
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(recordPath(r.StagingPath), tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, link)
-}
+func (s *Server) writeIndex(r *record) error { return nodestate.WriteIndex(r.WorkDir, r.StagingPath) }
 
 // indexedRecord follows a work directory's index to its record; nil when either is gone or the
 // record belongs to another volume.
 func indexedRecord(workDir string) (*record, error) {
-	t, err := os.Readlink(filepath.Join(workDir, indexName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	stagingPath, ok, err := nodestate.IndexedStagingPath(workDir)
+	if err != nil || !ok {
 		return nil, err
-	}
-	stagingPath, ok := strings.CutSuffix(t, recordSuffix)
-	if !ok {
-		return nil, fmt.Errorf("index %s points to %q, not a staging record", filepath.Join(workDir, indexName), t)
 	}
 	r, err := readRecord(stagingPath)
 	if err != nil || r == nil || filepath.Clean(r.WorkDir) != filepath.Clean(workDir) {
@@ -263,11 +175,4 @@ func (s *Server) findRecord(volumeID, stagingPath string) (*record, error) {
 		return nil, err
 	}
 	return r, nil
-}
-
-func ignoreNotExist(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }

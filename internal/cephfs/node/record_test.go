@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/nodestate"
 )
 
 func TestRecordRoundTrip(t *testing.T) {
@@ -21,14 +22,14 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err := r.write(); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(recordPath(staging))
+	fi, err := os.Stat(nodestate.RecordPath(staging))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("record file: %v, %v", fi, err)
 	}
 	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(staging), ".*tmp*")); len(leftovers) > 0 {
 		t.Fatalf("temporary files left: %v", leftovers)
 	}
-	b, _ := os.ReadFile(recordPath(staging))
+	b, _ := os.ReadFile(nodestate.RecordPath(staging))
 	if strings.Contains(string(b), testKey) {
 		t.Fatal("the record holds the key")
 	}
@@ -56,7 +57,7 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestReadRecordRejectsGarbage(t *testing.T) {
 	staging := filepath.Join(t.TempDir(), "s")
 	for _, content := range []string{"{", `{"version": 99}`} {
-		if err := os.WriteFile(recordPath(staging), []byte(content), 0o600); err != nil {
+		if err := os.WriteFile(nodestate.RecordPath(staging), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := readRecord(staging); err == nil {
@@ -101,7 +102,7 @@ func TestWorkDirIndex(t *testing.T) {
 	s, _ := newUnitServer(t, false)
 	staging := filepath.Join(t.TempDir(), "s")
 	r := &record{VolumeID: "vol/with:odd chars", State: stateStaged, StagingPath: staging, WorkDir: s.workDir("vol/with:odd chars")}
-	if filepath.Dir(r.WorkDir) != s.opts.StateDir || len(filepath.Base(r.WorkDir)) != 2*workDirHashBytes {
+	if filepath.Dir(r.WorkDir) != s.opts.StateDir || len(filepath.Base(r.WorkDir)) != 2*nodestate.WorkDirHashBytes {
 		t.Fatalf("work directory %s", r.WorkDir)
 	}
 	if err := r.write(); err != nil {

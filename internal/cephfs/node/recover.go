@@ -10,6 +10,8 @@ import (
 
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -25,7 +27,7 @@ func (s *Server) repair(ctx context.Context, rec *record, cred ceph.Credentials,
 	start := time.Now()
 	log.Info("Remounting a staged volume", "state", state.String(), "mounter", rec.Mounter, "targets", len(rec.Targets))
 	for _, t := range rec.Targets {
-		if err := mount.LazyUnmount(ctx, s.x, t.Path); err != nil {
+		if err := hostmount.LazyUnmount(ctx, s.x, t.Path); err != nil {
 			return errorStatus("detaching the publish target "+t.Path, err)
 		}
 	}
@@ -59,7 +61,7 @@ func (s *Server) bindTarget(ctx context.Context, rec *record, t target) error {
 		klog.FromContext(ctx).Info("Not binding a publish target that is gone", "targetPath", t.Path)
 		return nil
 	}
-	if err := mount.Bind(ctx, s.x, rec.source(), t.Path, t.ReadOnly); err != nil {
+	if err := hostmount.Bind(ctx, s.x, rec.source(), t.Path, t.ReadOnly); err != nil {
 		return err
 	}
 	state, _, err := mount.Inspect(ctx, t.Path, s.opts.Timeout)
@@ -135,13 +137,11 @@ func (s *Server) Recover(ctx context.Context) error {
 }
 
 func (s *Server) recoverVolume(ctx context.Context, rec *record) (bool, error) {
-	unlock, err := s.opts.Locks.TryLock("Recover", rec.VolumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "Recover", rec.VolumeID, "stagingPath", rec.StagingPath)
 	if err != nil {
 		return false, nil // an RPC is on it
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", rec.VolumeID, "stagingPath", rec.StagingPath)
-	ctx = klog.NewContext(ctx, log)
 	if _, err := os.Stat(rec.StagingPath); err != nil && !mount.IsBroken(err) {
 		// the CO removed the staging directory: nothing to mount on
 		log.Info("Not recovering a volume whose staging path is gone", "err", err)
@@ -173,7 +173,7 @@ func (s *Server) rebindBroken(ctx context.Context, rec *record) error {
 		if err != nil || state != mount.Broken {
 			continue
 		}
-		if err := mount.LazyUnmount(ctx, s.x, t.Path); err != nil {
+		if err := hostmount.LazyUnmount(ctx, s.x, t.Path); err != nil {
 			errs = append(errs, err)
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -12,6 +11,9 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/nodereq"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/server"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -40,7 +42,7 @@ type Server struct {
 	csi.UnimplementedNodeServer
 
 	opts     Options
-	x        mount.Executor
+	x        hostexec.Executor
 	mounters map[string]mount.Mounter
 }
 
@@ -52,13 +54,13 @@ func New(opts Options) (*Server, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	x := mount.NewExecutor(opts.Timeout)
+	x := hostexec.New(opts.Timeout)
 	// half the command timeout: Ceph's own "connection timed out" is a clearer error than the
 	// helper being killed
 	return newServer(opts, x, mount.NewFuse(x, opts.Timeout/2), mount.NewKernel(x))
 }
 
-func newServer(opts Options, x mount.Executor, fuse, kernel mount.Mounter) (*Server, error) {
+func newServer(opts Options, x hostexec.Executor, fuse, kernel mount.Mounter) (*Server, error) {
 	switch {
 	case opts.NodeID == "":
 		return nil, errors.New("cephfs node: a node ID is required")
@@ -79,11 +81,7 @@ func newServer(opts Options, x mount.Executor, fuse, kernel mount.Mounter) (*Ser
 		return nil, fmt.Errorf("cephfs node: state directory %s is too long: admin sockets in it (%s) exceed %d bytes",
 			opts.StateDir, sock, mount.MaxSocketPath)
 	}
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("cephfs node: state directory: %w", err)
-	}
-	// MkdirAll leaves an existing directory as it is; keys pass through here
-	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+	if err := nodestate.MakeStateDir(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("cephfs node: state directory: %w", err)
 	}
 	var st unix.Statfs_t
@@ -124,32 +122,21 @@ func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 // cluster and mounts see it at once. CSI 1.13 removed VOLUME_CONDITION (and NodeGetVolumeStats'
 // volume_condition); GET_VOLUME_HEALTH, NodeGetVolumeHealth, replaces it.
 func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	var caps []*csi.NodeServiceCapability
-	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+	return nodereq.Capabilities(
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
-	} {
-		caps = append(caps, &csi.NodeServiceCapability{
-			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
-		})
-	}
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+	), nil
 }
 
 // errorStatus converts an error from mounting or a command into a status naming what failed.
-func errorStatus(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := server.CodeOf(err)
+func errorStatus(what string, err error) error { return nodereq.Status(what, err, errorCode) }
+
+func errorCode(err error) codes.Code {
 	if errors.Is(err, mount.ErrMounterUnavailable) {
-		code = codes.FailedPrecondition
+		return codes.FailedPrecondition
 	}
-	return status.Errorf(code, "%s: %v", what, err)
+	return server.CodeOf(err)
 }
 
 func internal(what string, err error) error {

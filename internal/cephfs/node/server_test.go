@@ -10,6 +10,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 )
@@ -115,7 +116,7 @@ func TestStageKernelUnavailable(t *testing.T) {
 		VolumeCapability: mountCapability(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER),
 	})
 	wantCode(t, err, codes.FailedPrecondition, `mounter "kernel" is not available on this node`)
-	if _, err := os.Stat(recordPath(staging)); !os.IsNotExist(err) {
+	if _, err := os.Stat(nodestate.RecordPath(staging)); !os.IsNotExist(err) {
 		t.Errorf("staging record: %v", err)
 	}
 	for _, c := range x.calls {

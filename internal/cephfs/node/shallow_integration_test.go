@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"google.golang.org/grpc/codes"
 )
 
@@ -95,7 +96,7 @@ func TestShallowVolume(t *testing.T) {
 
 	t.Run("missing snapshot", func(t *testing.T) {
 		wantCode(t, n.stage(t, "vol-nosnap", shallowCtx(root, "nosuchsnap"), readerRO), codes.NotFound, `snapshot "nosuchsnap" does not exist`)
-		if _, err := os.Stat(recordPath(n.stagingPath("vol-nosnap"))); !errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(nodestate.RecordPath(n.stagingPath("vol-nosnap"))); !errors.Is(err, fs.ErrNotExist) {
 			t.Fatalf("record after a failed stage: %v", err)
 		}
 	})

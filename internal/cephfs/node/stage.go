@@ -10,6 +10,9 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -27,13 +30,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeStageVolume", r.volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeStageVolume", r.volumeID, "stagingPath", r.stagingPath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "stagingPath", r.stagingPath)
-	ctx = klog.NewContext(ctx, log)
 	start := time.Now()
 
 	if _, err := s.opts.Clusters.Cluster(r.vol.ClusterID); err != nil {
@@ -65,7 +66,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	} else if other != nil && other.StagingPath != r.stagingPath {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %q", r.volumeID, other.StagingPath)
 	}
-	if m, err := mount.MountAt(r.stagingPath); err != nil {
+	if m, err := hostmount.MountAt(r.stagingPath); err != nil {
 		return nil, internal("reading the mount table", err)
 	} else if m != nil {
 		return nil, status.Errorf(codes.AlreadyExists, "staging_target_path %q is already mounted (%s) without a record of this driver", r.stagingPath, m.FsType)
@@ -122,7 +123,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 // ensureDir creates a directory for a mount point. A mount point is left alone without a
 // look: stat fails on a broken one (and MkdirAll then with EEXIST) and hangs on a stuck one.
 func ensureDir(p string) error {
-	m, err := mount.MountAt(p)
+	m, err := hostmount.MountAt(p)
 	if err != nil || m != nil {
 		return err
 	}
@@ -264,9 +265,9 @@ func (s *Server) unmountStaging(ctx context.Context, rec *record) error {
 	}
 	switch state {
 	case mount.Broken:
-		err = mount.LazyUnmount(ctx, s.x, rec.StagingPath)
+		err = hostmount.LazyUnmount(ctx, s.x, rec.StagingPath)
 	case mount.Healthy:
-		err = mount.Unmount(ctx, s.x, rec.StagingPath)
+		err = hostmount.UnmountOrDetach(ctx, s.x, rec.StagingPath)
 	}
 	if err != nil {
 		return errorStatus("unmounting "+rec.StagingPath, err)
@@ -283,7 +284,7 @@ func (s *Server) unmountStaging(ctx context.Context, rec *record) error {
 // daemon files), its index and, last, its record, so an interrupted forget is redone by the
 // next unstage.
 func (s *Server) forget(rec *record) error {
-	if err := mount.RemoveKeyFiles(rec.WorkDir); err != nil {
+	if err := hostexec.RemoveKeyFiles(rec.WorkDir); err != nil {
 		return err
 	}
 	if err := removeRecoveryKey(rec); err != nil {
@@ -299,17 +300,15 @@ func (s *Server) forget(rec *record) error {
 // daemon is gone, and remove the record and the volume's files. A volume that is not staged
 // (any more) is success.
 func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	volumeID, stagingPath, err := parseUnstage(req)
+	volumeID, stagingPath, err := nodereq.Unstage(req)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeUnstageVolume", volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeUnstageVolume", volumeID, "stagingPath", stagingPath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "stagingPath", stagingPath)
-	ctx = klog.NewContext(ctx, log)
 	start := time.Now()
 
 	rec, err := readRecord(stagingPath)
@@ -318,8 +317,8 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	if rec == nil {
 		// nothing of this driver's; a CephFS mount there is a leftover all the same
-		if m, err := mount.MountAt(stagingPath); err == nil && mount.IsCephFS(m) {
-			if err := mount.LazyUnmount(ctx, s.x, stagingPath); err != nil {
+		if m, err := hostmount.MountAt(stagingPath); err == nil && mount.IsCephFS(m) {
+			if err := hostmount.LazyUnmount(ctx, s.x, stagingPath); err != nil {
 				return nil, errorStatus("unmounting "+stagingPath, err)
 			}
 		}
@@ -331,7 +330,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	// CSI has the CO unpublish first; unmounting the staging mount under a live bind mount
 	// would leave the daemon running for the bind (and stopping it would break the pod)
 	for _, t := range rec.Targets {
-		if m, err := mount.MountAt(t.Path); err == nil && mount.IsCephFS(m) {
+		if m, err := hostmount.MountAt(t.Path); err == nil && mount.IsCephFS(m) {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is still published at %s: NodeUnpublishVolume first", volumeID, t.Path)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,41 +21,41 @@ import (
 // as both total and used, and nothing available. It takes no volume lock: statistics must not
 // wait for, or fail because of, a stage or publish.
 func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	r, err := parsePathRequest(req.GetVolumeId(), "volume_path", req.GetVolumePath(), req.GetStagingTargetPath(), true)
+	r, err := nodereq.ParsePath(req.GetVolumeId(), "volume_path", req.GetVolumePath(), req.GetStagingTargetPath(), true)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	rec, err := s.findRecord(r.VolumeID, r.StagingPath)
 	if err != nil {
 		return nil, internal("reading the staging record", err)
 	}
 	if rec == nil || rec.State != stateStaged {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.VolumeID)
 	}
-	if r.volumePath != rec.StagingPath && !rec.hasTarget(r.volumePath) {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not published at %s", r.volumeID, r.volumePath)
+	if r.VolumePath != rec.StagingPath && !rec.hasTarget(r.VolumePath) {
+		return nil, status.Errorf(codes.NotFound, "volume %q is not published at %s", r.VolumeID, r.VolumePath)
 	}
-	state, _, err := mount.Inspect(ctx, r.volumePath, s.opts.Timeout)
+	state, _, err := mount.Inspect(ctx, r.VolumePath, s.opts.Timeout)
 	switch {
 	case err != nil:
 		return nil, errorStatus("checking volume_path", err)
 	case state == mount.NotMounted:
-		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", r.volumeID, r.volumePath)
+		return nil, status.Errorf(codes.NotFound, "volume %q is not mounted at %s", r.VolumeID, r.VolumePath)
 	case state == mount.Broken:
 		// CSI 1.13 has no volume_condition any more; NodeGetVolumeHealth reports it
 		return nil, status.Errorf(codes.FailedPrecondition, "the %s mount of volume %q at %s is broken (%s); the next NodeStageVolume or NodePublishVolume remounts it",
-			rec.Mounter, r.volumeID, r.volumePath, brokenReason)
+			rec.Mounter, r.VolumeID, r.VolumePath, brokenReason)
 	}
 	if rec.Shallow != nil {
-		dir := r.volumePath
-		if r.volumePath == rec.StagingPath {
+		dir := r.VolumePath
+		if r.VolumePath == rec.StagingPath {
 			dir = filepath.Join(rec.StagingPath, rec.Shallow.SnapshotDir)
 		}
 		return snapshotStats(dir)
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(r.volumePath, &st); err != nil {
-		return nil, internal("statfs "+r.volumePath, err)
+	if err := unix.Statfs(r.VolumePath, &st); err != nil {
+		return nil, internal("statfs "+r.VolumePath, err)
 	}
 	bsize := st.Bsize
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
@@ -100,24 +101,19 @@ func dirStat(dir, name string) (int64, error) {
 // NodeGetVolumeStats' volume_condition): a staged volume whose mount is broken or gone, at the
 // staging path or at the given publish path, is INACCESSIBLE from this node.
 func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
-	r, err := parsePathRequest(req.GetVolumeId(), "volume_publish_path", req.GetVolumePublishPath(), req.GetStagingTargetPath(), false)
+	r, err := nodereq.ParsePath(req.GetVolumeId(), "volume_publish_path", req.GetVolumePublishPath(), req.GetStagingTargetPath(), false)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	rec, err := s.findRecord(r.VolumeID, r.StagingPath)
 	if err != nil {
 		return nil, internal("reading the staging record", err)
 	}
 	if rec == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.VolumeID)
 	}
-	health := &csi.VolumeHealth{VolumeId: rec.VolumeID}
-	if reason, msg := s.check(ctx, rec, r.volumePath); reason != "" {
-		health.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
-			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: msg,
-		}}
-	}
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+	reason, msg := s.check(ctx, rec, r.VolumePath)
+	return nodereq.Health(rec.VolumeID, reason, msg), nil
 }
 
 // check returns a CamelCase reason and a message when the staged volume does not work.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // Attacher makes RBD images local block devices one way (krbd, rbd-nbd, rbd-fuse + loop).
@@ -96,7 +97,7 @@ var ErrImageNotFound = errors.New("image not found")
 
 // Set returns every attacher this package has, keyed by name, running commands through x;
 // connectTimeout bounds the Ceph tools' connection to the cluster.
-func Set(x Executor, connectTimeout time.Duration) map[string]Attacher {
+func Set(x hostexec.Executor, connectTimeout time.Duration) map[string]Attacher {
 	krbd, nbd, fuse := NewKRBD(x), NewNBD(x), NewFuse(x)
 	krbd.ConnectTimeout, nbd.ConnectTimeout, fuse.ConnectTimeout = connectTimeout, connectTimeout, connectTimeout
 	all := []Attacher{krbd, nbd, fuse}

@@ -6,7 +6,7 @@
 //     needs only FUSE and loop devices, so it works on hosts (and CI machines) that have neither
 //     kernel module.
 //
-// Every external command runs through an Executor with a timeout. Credentials never appear on a
+// Every external command runs through a hostexec.Executor with a timeout. Credentials never appear on a
 // command line: the cephx key goes into a 0600 key file that is removed as soon as the tool has
 // authenticated. Nothing here knows about CSI.
 package attach

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"k8s.io/klog/v2"
 )
@@ -35,14 +37,16 @@ import (
 //   - unlink on the mount removes the image: nothing here ever deletes files in it, and the
 //     mount point is removed with os.Remove only, never recursively.
 type Fuse struct {
-	x   Executor
+	x   hostexec.Executor
 	sys string
 	// ConnectTimeout bounds rbd-fuse's connection to the cluster.
 	ConnectTimeout time.Duration
 }
 
 // NewFuse returns the rbd-fuse + loop attacher.
-func NewFuse(x Executor) *Fuse { return &Fuse{x: x, sys: SysRoot, ConnectTimeout: 30 * time.Second} }
+func NewFuse(x hostexec.Executor) *Fuse {
+	return &Fuse{x: x, sys: SysRoot, ConnectTimeout: 30 * time.Second}
+}
 
 // Name implements Attacher.
 func (*Fuse) Name() string { return volumecontext.MounterFuse }
@@ -116,12 +120,12 @@ func (f *Fuse) Attach(ctx context.Context, req Request) (Attachment, error) {
 // is unmounted, so the caller mounts afresh.
 func (f *Fuse) fuseUp(ctx context.Context, a Attachment) (bool, error) {
 	dir := fuseDir(a)
-	m, err := MountAt(dir)
+	m, err := hostmount.MountAt(dir)
 	if err != nil || m == nil {
 		return false, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
-	_, err = statWithin(waitCtx, imageFile(a))
+	_, err = hostmount.StatWithin(waitCtx, imageFile(a))
 	cancel()
 	if err == nil {
 		return true, nil
@@ -173,7 +177,7 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment) error {
 	// bounded: the daemon's connection gives up after ConnectTimeout, but opening the image
 	// then waits on OSDs with no timeout of its own
 	waitCtx, cancel := context.WithTimeout(ctx, 2*f.ConnectTimeout)
-	_, err = statWithin(waitCtx, imageFile(a))
+	_, err = hostmount.StatWithin(waitCtx, imageFile(a))
 	cancel()
 	if err == nil {
 		return nil
@@ -195,7 +199,7 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment) error {
 // device still holds cannot be unmounted normally; it is detached lazily, which is safe since
 // nothing can be read or written through it any more.
 func (f *Fuse) unmount(ctx context.Context, dir string) error {
-	m, err := MountAt(dir)
+	m, err := hostmount.MountAt(dir)
 	if err != nil || m == nil {
 		return err
 	}
@@ -203,7 +207,7 @@ func (f *Fuse) unmount(ctx context.Context, dir string) error {
 	if err == nil {
 		return nil
 	}
-	if _, serr := statWithin(ctx, dir); !errors.Is(serr, syscall.ENOTCONN) {
+	if _, serr := hostmount.StatWithin(ctx, dir); !errors.Is(serr, syscall.ENOTCONN) {
 		return err
 	}
 	_, err = f.x.Run(ctx, "umount", "--lazy", dir)
@@ -244,7 +248,7 @@ func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64
 	file := imageFile(a)
 	var size int64
 	for {
-		fi, err := statWithin(ctx, file)
+		fi, err := hostmount.StatWithin(ctx, file)
 		if err != nil {
 			if ctx.Err() != nil && size > 0 {
 				return size, fmt.Errorf("image %s is %d bytes, want at least %d: %w", a.Image.Spec(), size, minBytes, ctx.Err())
@@ -271,14 +275,14 @@ func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64
 // Check implements Attacher.
 func (f *Fuse) Check(ctx context.Context, a Attachment) error {
 	dir := fuseDir(a)
-	m, err := MountAt(dir)
+	m, err := hostmount.MountAt(dir)
 	if err != nil {
 		return unhealthy("Unknown", "reading the mount table: %w", err)
 	}
 	if m == nil {
 		return unhealthy("NotMounted", "rbd-fuse is not mounted at %s", dir)
 	}
-	if _, err := statWithin(ctx, imageFile(a)); err != nil {
+	if _, err := hostmount.StatWithin(ctx, imageFile(a)); err != nil {
 		if errors.Is(err, syscall.ENOTCONN) {
 			return unhealthy("DaemonGone", "the rbd-fuse daemon of image %s is gone: %w", a.Image.Spec(), err)
 		}

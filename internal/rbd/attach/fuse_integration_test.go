@@ -16,11 +16,13 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 )
 
 // hostRecorder runs commands on the host and keeps their command lines.
 type hostRecorder struct {
-	x     Executor
+	x     hostexec.Executor
 	mu    sync.Mutex
 	calls [][]string
 }
@@ -77,7 +79,7 @@ func TestFuseAttach(t *testing.T) {
 		}
 	})
 
-	rec := &hostRecorder{x: NewExecutor(time.Minute)}
+	rec := &hostRecorder{x: hostexec.New(time.Minute)}
 	f := NewFuse(rec)
 	f.ConnectTimeout = 20 * time.Second
 	work := t.TempDir()
@@ -140,7 +142,7 @@ func TestFuseAttach(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if m, _ := MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, name) {
+	if m, _ := hostmount.MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, name) {
 		t.Fatalf("left behind: mount %v, dir %v, loop %s", m, exists(fuse), loopBacking(SysRoot, a.Device))
 	}
 	if entries, _ := os.ReadDir(work); len(entries) != 0 {

@@ -1,45 +1,12 @@
 package attach
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-func TestUnescapeMountPath(t *testing.T) {
-	tests := map[string]string{
-		`/var/lib/kubelet/pods/x/volumes`: `/var/lib/kubelet/pods/x/volumes`,
-		`/mnt/with\040blank`:              `/mnt/with blank`,
-		`/mnt/tab\011and\012newline`:      "/mnt/tab\tand\nnewline",
-		`/mnt/back\134slash`:              `/mnt/back\slash`,
-	}
-	for in, want := range tests {
-		if got := unescapeMountPath(in); got != want {
-			t.Errorf("unescapeMountPath(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestMountAt(t *testing.T) {
-	if m, err := MountAt("/proc"); err != nil || m == nil || m.FsType != "proc" {
-		t.Fatalf("MountAt(/proc) = %+v, %v", m, err)
-	}
-	if m, err := MountAt(t.TempDir()); err != nil || m != nil {
-		t.Fatalf("MountAt(plain directory) = %+v, %v", m, err)
-	}
-}
-
-func TestStatWithin(t *testing.T) {
-	if fi, err := statWithin(context.Background(), "/"); err != nil || !fi.IsDir() {
-		t.Fatalf("statWithin(/) = %v, %v", fi, err)
-	}
-	if _, err := statWithin(context.Background(), "/no/such/path"); !os.IsNotExist(err) {
-		t.Fatalf("statWithin(missing) = %v, want ENOENT", err)
-	}
-}
 
 func TestCredentialArgs(t *testing.T) {
 	cred, key := testCred(t)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +57,7 @@ func loopReadOnly(sys, dev string) bool {
 // just a file of that name: a loop device set up on an earlier rbd-fuse mount of the same
 // directory still names it, but reads a file whose daemon is gone.
 func loopReads(ctx context.Context, dev, path string) error {
-	fi, err := statWithin(ctx, path)
+	fi, err := hostmount.StatWithin(ctx, path)
 	if err != nil {
 		return err
 	}
@@ -79,7 +81,7 @@ func loopReads(ctx context.Context, dev, path string) error {
 }
 
 // loopSetup attaches a free loop device to backing and returns its name.
-func loopSetup(ctx context.Context, x Executor, backing string, readOnly bool) (string, error) {
+func loopSetup(ctx context.Context, x hostexec.Executor, backing string, readOnly bool) (string, error) {
 	args := []string{"--find", "--show"}
 	if readOnly {
 		args = append(args, "--read-only")
@@ -97,7 +99,7 @@ func loopSetup(ctx context.Context, x Executor, backing string, readOnly bool) (
 
 // loopDetach detaches dev unless it is already gone. Detaching a device still open (mounted)
 // only marks it for autoclear, so callers unmount first.
-func loopDetach(ctx context.Context, x Executor, sys, dev string) error {
+func loopDetach(ctx context.Context, x hostexec.Executor, sys, dev string) error {
 	if loopBacking(sys, dev) == "" {
 		return nil
 	}
@@ -112,7 +114,7 @@ func loopDetach(ctx context.Context, x Executor, sys, dev string) error {
 
 // LoopSetupReadOnly puts a read-only loop device on top of dev, for publishing a block volume
 // read-only: a read-only bind mount does not stop writes through a device node.
-func LoopSetupReadOnly(ctx context.Context, x Executor, dev string) (string, error) {
+func LoopSetupReadOnly(ctx context.Context, x hostexec.Executor, dev string) (string, error) {
 	return loopSetup(ctx, x, dev, true)
 }
 
@@ -130,7 +132,7 @@ func ReadOnlyLoopOver(sys, dev string) (string, bool) {
 }
 
 // LoopDetach detaches a loop device unless it is already gone.
-func LoopDetach(ctx context.Context, x Executor, dev string) error {
+func LoopDetach(ctx context.Context, x hostexec.Executor, dev string) error {
 	return loopDetach(ctx, x, SysRoot, dev)
 }
 

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // TestLoopDevices sets up a real loop device (root only): it is found by its backing file,
@@ -16,7 +18,7 @@ func TestLoopDevices(t *testing.T) {
 		t.Skip("needs root and loop devices")
 	}
 	ctx := context.Background()
-	x := NewExecutor(30 * time.Second)
+	x := hostexec.New(30 * time.Second)
 	file := filepath.Join(t.TempDir(), "backing")
 	if err := os.WriteFile(file, make([]byte, 4<<20), 0o600); err != nil {
 		t.Fatal(err)

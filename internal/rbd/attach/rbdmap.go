@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 )
 
@@ -19,7 +20,7 @@ import (
 type Mapper struct {
 	name       string
 	deviceType string // rbd's --device-type
-	x          Executor
+	x          hostexec.Executor
 	sys        string
 	dev        string // where device nodes live
 	lookPath   func(string) (string, error)
@@ -28,12 +29,12 @@ type Mapper struct {
 }
 
 // NewKRBD returns the kernel RBD attacher.
-func NewKRBD(x Executor) *Mapper {
+func NewKRBD(x hostexec.Executor) *Mapper {
 	return &Mapper{name: volumecontext.MounterKRBD, deviceType: "krbd", x: x, sys: SysRoot, dev: "/dev", lookPath: exec.LookPath, ConnectTimeout: 30 * time.Second}
 }
 
 // NewNBD returns the rbd-nbd attacher.
-func NewNBD(x Executor) *Mapper {
+func NewNBD(x hostexec.Executor) *Mapper {
 	return &Mapper{name: volumecontext.MounterNBD, deviceType: "nbd", x: x, sys: SysRoot, dev: "/dev", lookPath: exec.LookPath, ConnectTimeout: 30 * time.Second}
 }
 

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // fakeHost makes a sysfs and /dev with just what Available looks for.
@@ -40,7 +42,7 @@ func TestMapperCommandLines(t *testing.T) {
 	cred, key := testCred(t)
 	tests := []struct {
 		name     string
-		mapper   func(Executor) *Mapper
+		mapper   func(hostexec.Executor) *Mapper
 		req      Request
 		wantMap  []string // after the credential arguments
 		unmapArg []string
@@ -143,7 +145,7 @@ func TestMapperImageNotFound(t *testing.T) {
 	fx := &fakeExec{t: t, key: key, answers: map[string]answer{
 		"rbd device list": {out: "[]"},
 		"device map": {out: "rbd: error opening image img: (2) No such file or directory\n",
-			err: &CommandError{Name: "rbd", ExitCode: 2, Err: errors.New("exit status 2")}},
+			err: &hostexec.CommandError{Name: "rbd", ExitCode: 2, Err: errors.New("exit status 2")}},
 	}}
 	m := NewKRBD(fx)
 	m.sys, m.dev = fakeHost(t, true, false)
@@ -165,7 +167,7 @@ func TestMapperAvailable(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		mapper    func(Executor) *Mapper
+		mapper    func(hostexec.Executor) *Mapper
 		krbd, nbd bool
 		lookPath  func(string) (string, error)
 		want      string // substring of the error; "" means available

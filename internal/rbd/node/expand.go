@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
 )
 
 // resizeWait bounds how long NodeExpandVolume waits for the device to show required_bytes.
@@ -20,7 +20,7 @@ const resizeWait = 10 * time.Second
 // make the device show the new size and grow the filesystem on it. Block volumes have nothing
 // to grow; their new size is returned.
 func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolumeRequest) (*csi.NodeExpandVolumeResponse, error) {
-	r, err := parsePathRequest(req.GetVolumeId(), req.GetVolumePath(), req.GetStagingTargetPath())
+	r, err := nodereq.ParsePath(req.GetVolumeId(), "volume_path", req.GetVolumePath(), req.GetStagingTargetPath(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -28,24 +28,22 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if required < 0 || limit < 0 || (limit > 0 && limit < required) {
 		return nil, status.Errorf(codes.OutOfRange, "capacity_range: required_bytes %d, limit_bytes %d", required, limit)
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeExpandVolume", r.volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeExpandVolume", r.VolumeID, "volumePath", r.VolumePath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "volumePath", r.volumePath)
-	ctx = klog.NewContext(ctx, log)
 	start := time.Now()
 
-	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	rec, err := s.findRecord(r.VolumeID, r.StagingPath)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if rec == nil || rec.State != stateStaged {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.VolumeID)
 	}
-	if _, err := os.Stat(r.volumePath); err != nil {
-		return nil, status.Errorf(codes.NotFound, "volume_path %q: %v", r.volumePath, err)
+	if _, err := os.Stat(r.VolumePath); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume_path %q: %v", r.VolumePath, err)
 	}
 	attacher, ok := s.attachers[rec.Mounter]
 	if !ok {

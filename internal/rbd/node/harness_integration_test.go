@@ -19,6 +19,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"k8s.io/mount-utils"
@@ -27,7 +29,7 @@ import (
 // recorder runs commands on the host and keeps every command line, so tests can show that no
 // credential was ever passed on one.
 type recorder struct {
-	x     attach.Executor
+	x     hostexec.Executor
 	mu    sync.Mutex
 	calls [][]string
 	slow  []string // commands that took more than a second
@@ -83,7 +85,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	rec := &recorder{x: attach.NewExecutor(time.Minute)}
+	rec := &recorder{x: hostexec.New(time.Minute)}
 	r := &rig{t: t, s: newTestServer(t, cl.ClusterMap(), rec), cl: cl, conn: conn, rec: rec, ctx: ctx}
 	key := cl.Admin.Key()
 	t.Cleanup(func() {
@@ -223,7 +225,7 @@ func forceCleanup(t *testing.T, roots ...string) {
 		}
 		return false
 	}
-	infos, _ := mount.ParseMountInfo(attach.MountInfoPath)
+	infos, _ := mount.ParseMountInfo(hostmount.MountInfoPath)
 	var mounts []string
 	for _, m := range infos {
 		if under(m.MountPoint) {
@@ -263,7 +265,7 @@ func forceCleanup(t *testing.T, roots ...string) {
 // leftovers lists mounts and loop devices under root.
 func leftovers(root string) []string {
 	var out []string
-	infos, _ := mount.ParseMountInfo(attach.MountInfoPath)
+	infos, _ := mount.ParseMountInfo(hostmount.MountInfoPath)
 	for _, m := range infos {
 		if strings.HasPrefix(m.MountPoint, root+"/") {
 			out = append(out, "mount "+m.MountPoint)
@@ -288,7 +290,7 @@ func (r *rig) assertNoKeyOnDisk() {
 			return err
 		}
 		if d.IsDir() {
-			if m, _ := attach.MountAt(p); m != nil {
+			if m, _ := hostmount.MountAt(p); m != nil {
 				return filepath.SkipDir
 			}
 			return nil

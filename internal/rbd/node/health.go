@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,11 +19,11 @@ import (
 // this node; the reason names which.
 func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	if req.GetVolumeId() == "" {
-		return nil, missing("volume_id")
+		return nil, nodereq.Missing("volume_id")
 	}
 	for field, p := range map[string]string{"volume_publish_path": req.GetVolumePublishPath(), "staging_target_path": req.GetStagingTargetPath()} {
 		if p != "" {
-			if err := absPath(field, p); err != nil {
+			if _, err := nodereq.AbsPath(field, p); err != nil {
 				return nil, err
 			}
 		}
@@ -33,13 +35,8 @@ func (s *Server) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolume
 	if rec == nil {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", req.GetVolumeId())
 	}
-	health := &csi.VolumeHealth{VolumeId: rec.VolumeID}
-	if reason, msg := s.check(ctx, rec, req.GetVolumePublishPath()); reason != "" {
-		health.HealthStatuses = []*csi.VolumeHealth_VolumeHealthEntry{{
-			Status: csi.VolumeHealthErrorType_INACCESSIBLE, Reason: reason, Message: msg,
-		}}
-	}
-	return &csi.NodeGetVolumeHealthResponse{VolumeHealth: health}, nil
+	reason, msg := s.check(ctx, rec, req.GetVolumePublishPath())
+	return nodereq.Health(rec.VolumeID, reason, msg), nil
 }
 
 // check returns a CamelCase reason and a message when the staged volume does not work.
@@ -61,12 +58,12 @@ func (s *Server) check(ctx context.Context, rec *record, publishPath string) (re
 		return "Unknown", err.Error()
 	}
 	if !rec.Block {
-		if m, err := attach.MountAt(rec.StagingPath); err == nil && m == nil {
+		if m, err := hostmount.MountAt(rec.StagingPath); err == nil && m == nil {
 			return "NotMounted", fmt.Sprintf("nothing is mounted at the staging path %s", rec.StagingPath)
 		}
 	}
 	if publishPath != "" {
-		if m, err := attach.MountAt(publishPath); err == nil && m == nil {
+		if m, err := hostmount.MountAt(publishPath); err == nil && m == nil {
 			return "NotPublished", fmt.Sprintf("nothing is mounted at %s", publishPath)
 		}
 	}

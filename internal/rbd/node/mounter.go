@@ -7,7 +7,7 @@ import (
 	"io"
 	"os/exec"
 
-	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"github.com/monoceph/monoceph/internal/hostexec"
 	"k8s.io/mount-utils"
 	utilexec "k8s.io/utils/exec"
 )
@@ -59,10 +59,10 @@ func (m boundMounter) Unmount(target string) error {
 	return err
 }
 
-// boundExec is the k8s.io/utils/exec interface over an attach.Executor and a context.
+// boundExec is the k8s.io/utils/exec interface over a hostexec.Executor and a context.
 type boundExec struct {
 	ctx context.Context
-	x   attach.Executor
+	x   hostexec.Executor
 }
 
 func (e boundExec) Command(cmd string, args ...string) utilexec.Cmd {
@@ -79,7 +79,7 @@ func (boundExec) LookPath(file string) (string, error) { return exec.LookPath(fi
 // uses; the streaming methods report that they are unsupported.
 type boundCmd struct {
 	ctx  context.Context
-	x    attach.Executor
+	x    hostexec.Executor
 	name string
 	args []string
 }
@@ -118,42 +118,9 @@ func exitError(err error) error {
 	if errors.Is(err, exec.ErrNotFound) {
 		return utilexec.ErrExecutableNotFound
 	}
-	var ce *attach.CommandError
+	var ce *hostexec.CommandError
 	if errors.As(err, &ce) && ce.ExitCode >= 0 {
 		return utilexec.CodeExitError{Err: fmt.Errorf("%s: %w", ce.Name, ce.Err), Code: ce.ExitCode}
 	}
 	return err
-}
-
-// bindMount bind mounts source at target, read-only if asked. mount(8) cannot make a bind
-// read-only in one step on every version, hence the remount.
-func (s *Server) bindMount(ctx context.Context, source, target string, readOnly bool) error {
-	if _, err := s.x.Run(ctx, "mount", "--bind", source, target); err != nil {
-		return err
-	}
-	if !readOnly {
-		return nil
-	}
-	if _, err := s.x.Run(ctx, "mount", "-o", "remount,bind,ro", target); err != nil {
-		if _, uerr := s.x.Run(context.WithoutCancel(ctx), "umount", target); uerr != nil {
-			return fmt.Errorf("%w (and undoing the bind mount: %v)", err, uerr)
-		}
-		return err
-	}
-	return nil
-}
-
-// unmountAll unmounts target until nothing is mounted there (a path may carry stacked
-// mounts), and reports whether anything was.
-func (s *Server) unmountAll(ctx context.Context, target string) error {
-	for range 8 {
-		m, err := attach.MountAt(target)
-		if err != nil || m == nil {
-			return err
-		}
-		if _, err := s.x.Run(ctx, "umount", target); err != nil {
-			return err
-		}
-	}
-	return fmt.Errorf("%s is still mounted after 8 unmounts", target)
 }

@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"github.com/monoceph/monoceph/internal/hostexec"
 	utilexec "k8s.io/utils/exec"
 )
 
 // mount-utils decides on blkid's and fsck's exit status, so the adapter must keep it.
 func TestBoundExecErrors(t *testing.T) {
-	x := boundExec{ctx: context.Background(), x: attach.NewExecutor(0)}
+	x := boundExec{ctx: context.Background(), x: hostexec.New(DefaultTimeout)}
 	out, err := x.Command("sh", "-c", "echo no filesystem; exit 2").CombinedOutput()
 	var ee utilexec.ExitError
 	if !errors.As(err, &ee) || ee.ExitStatus() != 2 || string(out) != "no filesystem\n" {

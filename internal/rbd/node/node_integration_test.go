@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -245,7 +246,7 @@ func checkStats(t *testing.T, stats *csi.NodeGetVolumeStatsResponse, block bool,
 // assertUnstaged: no record, no work directory, nothing mounted or attached.
 func assertUnstaged(t *testing.T, r *rig, vol, staging, base string) {
 	t.Helper()
-	if _, err := os.Stat(recordPath(staging)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(nodestate.RecordPath(staging)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("record still there: %v", err)
 	}
 	if _, err := os.Stat(r.s.workDir(vol)); !errors.Is(err, os.ErrNotExist) {

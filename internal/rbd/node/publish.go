@@ -7,15 +7,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
-	"k8s.io/mount-utils"
 )
 
 // NodePublishVolume implements csi.NodeServer: bind mount the staged filesystem at the target
@@ -27,13 +27,11 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodePublishVolume", r.volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodePublishVolume", r.volumeID, "targetPath", r.targetPath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "targetPath", r.targetPath)
-	ctx = klog.NewContext(ctx, log)
 
 	rec, err := readRecord(r.stagingPath)
 	if err != nil {
@@ -62,21 +60,21 @@ func (s *Server) publishMount(ctx context.Context, rec *record, target string, r
 	if err := os.MkdirAll(target, 0o750); err != nil {
 		return status.Errorf(codes.Internal, "target_path: %v", err)
 	}
-	m, err := attach.MountAt(target)
+	m, err := hostmount.MountAt(target)
 	if err != nil {
 		return status.Errorf(codes.Internal, "reading the mount table: %v", err)
 	}
 	if m != nil {
-		staged, err := attach.MountAt(rec.StagingPath)
+		staged, err := hostmount.MountAt(rec.StagingPath)
 		if err != nil {
 			return status.Errorf(codes.Internal, "reading the mount table: %v", err)
 		}
-		if staged != nil && m.Major == staged.Major && m.Minor == staged.Minor && m.Root == staged.Root && mountReadOnly(m) == readOnly {
+		if hostmount.SameFilesystem(m, staged) && m.Root == staged.Root && hostmount.ReadOnly(m) == readOnly {
 			return nil
 		}
 		return status.Errorf(codes.AlreadyExists, "target_path %q is already mounted, but not as this volume's %s bind mount", target, rw(readOnly))
 	}
-	if err := s.bindMount(ctx, rec.StagingPath, target, readOnly); err != nil {
+	if err := hostmount.Bind(ctx, s.x, rec.StagingPath, target, readOnly); err != nil {
 		return errorStatus("bind mounting "+rec.StagingPath+" at "+target, err)
 	}
 	return nil
@@ -89,7 +87,7 @@ func (s *Server) publishBlock(ctx context.Context, rec *record, target string, r
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 		return status.Errorf(codes.Internal, "target_path: %v", err)
 	}
-	m, err := attach.MountAt(target)
+	m, err := hostmount.MountAt(target)
 	if err != nil {
 		return status.Errorf(codes.Internal, "reading the mount table: %v", err)
 	}
@@ -110,7 +108,7 @@ func (s *Server) publishBlock(ctx context.Context, rec *record, target string, r
 			return errorStatus("making a read-only device over "+dev, err)
 		}
 	}
-	if err := s.bindMount(ctx, source, target, readOnly); err != nil {
+	if err := hostmount.Bind(ctx, s.x, source, target, readOnly); err != nil {
 		if layer {
 			if derr := attach.LoopDetach(context.WithoutCancel(ctx), s.x, source); derr != nil {
 				klog.FromContext(ctx).Error(derr, "Detaching the read-only layer of a failed publish", "device", source)
@@ -136,8 +134,6 @@ func isReadOnlyLayerOver(layer, dev string) bool {
 	return ok && over == dev
 }
 
-func mountReadOnly(m *mount.MountInfo) bool { return slices.Contains(m.MountOptions, "ro") }
-
 func rw(readOnly bool) string {
 	if readOnly {
 		return "read-only"
@@ -149,20 +145,18 @@ func rw(readOnly bool) string {
 // makes the plugin remove what it created), and detach a read-only layer publish made. A
 // target that is already gone is success.
 func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	volumeID, target, err := parseUnpublish(req)
+	volumeID, target, err := nodereq.Unpublish(req)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeUnpublishVolume", volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeUnpublishVolume", volumeID, "targetPath", target)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "targetPath", target)
-	ctx = klog.NewContext(ctx, log)
 
-	for range 8 {
-		m, err := attach.MountAt(target)
+	for range hostmount.MaxStacked {
+		m, err := hostmount.MountAt(target)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "reading the mount table: %v", err)
 		}

@@ -1,17 +1,10 @@
 package node
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 )
 
@@ -41,62 +34,19 @@ const (
 	stateStaged = "staged"
 )
 
-// recordSuffix names the record next to the staging path. Not inside it: the staging path
-// of a mount volume is covered by the filesystem mounted on it.
-const recordSuffix = ".monoceph.json"
-
-func recordPath(stagingPath string) string { return filepath.Clean(stagingPath) + recordSuffix }
-
 // readRecord returns the record of a staging path, or nil when there is none.
 func readRecord(stagingPath string) (*record, error) {
-	b, err := os.ReadFile(recordPath(stagingPath))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("staging record %s: %w", recordPath(stagingPath), err)
-	}
-	if r.Version != recordVersion {
-		return nil, fmt.Errorf("staging record %s: version %d, want %d", recordPath(stagingPath), r.Version, recordVersion)
-	}
-	return &r, nil
+	return nodestate.ReadRecord[record](stagingPath, recordVersion)
 }
 
 // write replaces the record atomically: a crash leaves the old record or the new one, never a
 // torn file.
 func (r *record) write() error {
 	r.Version = recordVersion
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	path := recordPath(r.StagingPath)
-	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nodestate.WriteRecord(r.StagingPath, r)
 }
 
-func (r *record) remove() error {
-	return ignoreNotExist(os.Remove(recordPath(r.StagingPath)))
-}
+func (r *record) remove() error { return nodestate.RemoveRecord(r.StagingPath) }
 
 // conflict explains why a stage request does not match what is staged, or returns "".
 func (r *record) conflict(req stageRequest) string {
@@ -152,56 +102,26 @@ func newRecord(req stageRequest, workDir string) *record {
 	}
 }
 
-// workDir is the per-volume directory under the state directory. Volume IDs are hashed: they
-// may hold any character and be up to 128 bytes long.
-func (s *Server) workDir(volumeID string) string {
-	sum := sha256.Sum256([]byte(volumeID))
-	return filepath.Join(s.opts.StateDir, hex.EncodeToString(sum[:12]))
-}
-
-// indexName is a symbolic link in the work directory to the volume's record, for calls that
-// do not carry the staging path.
-const indexName = "record"
+// workDir is the per-volume directory under the state directory.
+func (s *Server) workDir(volumeID string) string { return nodestate.WorkDir(s.opts.StateDir, volumeID) }
 
 func (s *Server) writeIndex(r *record) error {
-	link := filepath.Join(r.Attachment.WorkDir, indexName)
-	if target, err := os.Readlink(link); err == nil && target == recordPath(r.StagingPath) {
-		return nil
-	}
-	tmp := link + ".tmp"
-	_ = os.Remove(tmp)
-	if err := os.Symlink(recordPath(r.StagingPath), tmp); err != nil {
-		return err
-	}
-	return os.Rename(tmp, link)
+	return nodestate.WriteIndex(r.Attachment.WorkDir, r.StagingPath)
 }
 
 // findRecord returns the record of a volume: at stagingPath when given, else through the
 // volume's index link. It returns nil when the volume is not staged on this node.
 func (s *Server) findRecord(volumeID, stagingPath string) (*record, error) {
 	if stagingPath == "" {
-		target, err := os.Readlink(filepath.Join(s.workDir(volumeID), indexName))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		if err != nil {
+		indexed, ok, err := nodestate.IndexedStagingPath(s.workDir(volumeID))
+		if err != nil || !ok {
 			return nil, err
 		}
-		if !strings.HasSuffix(target, recordSuffix) {
-			return nil, fmt.Errorf("index %s points to %q, not a staging record", filepath.Join(s.workDir(volumeID), indexName), target)
-		}
-		stagingPath = strings.TrimSuffix(target, recordSuffix)
+		stagingPath = indexed
 	}
 	r, err := readRecord(stagingPath)
 	if err != nil || r == nil || r.VolumeID != volumeID {
 		return nil, err
 	}
 	return r, nil
-}
-
-func ignoreNotExist(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 )
 
@@ -44,7 +45,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err := rec.remove(); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}
-	if err := os.WriteFile(recordPath(staging), []byte(`{"version":99}`), 0o600); err != nil {
+	if err := os.WriteFile(nodestate.RecordPath(staging), []byte(`{"version":99}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := readRecord(staging); err == nil || !strings.Contains(err.Error(), "version 99") {

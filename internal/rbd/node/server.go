@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/nodereq"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"github.com/monoceph/monoceph/internal/server"
@@ -39,7 +41,7 @@ type Server struct {
 	csi.UnimplementedNodeServer
 
 	opts      Options
-	x         attach.Executor
+	x         hostexec.Executor
 	attachers map[string]attach.Attacher
 	// base answers the mount table queries mount-utils makes; mounting goes through x
 	base mount.Interface
@@ -53,10 +55,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	return newServer(opts, attach.NewExecutor(opts.Timeout))
+	return newServer(opts, hostexec.New(opts.Timeout))
 }
 
-func newServer(opts Options, x attach.Executor) (*Server, error) {
+func newServer(opts Options, x hostexec.Executor) (*Server, error) {
 	switch {
 	case opts.NodeID == "":
 		return nil, errors.New("rbd node: a node ID is required")
@@ -70,11 +72,7 @@ func newServer(opts Options, x attach.Executor) (*Server, error) {
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	if err := os.MkdirAll(opts.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("rbd node: state directory: %w", err)
-	}
-	// MkdirAll leaves an existing directory as it is; key files pass through here
-	if err := os.Chmod(opts.StateDir, 0o700); err != nil {
+	if err := nodestate.MakeStateDir(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("rbd node: state directory: %w", err)
 	}
 	// half the command timeout: Ceph's own "connection timed out" is a clearer error than the
@@ -115,41 +113,30 @@ func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.Nod
 
 // NodeGetCapabilities implements csi.NodeServer.
 func (s *Server) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesRequest) (*csi.NodeGetCapabilitiesResponse, error) {
-	var caps []*csi.NodeServiceCapability
-	for _, t := range []csi.NodeServiceCapability_RPC_Type{
+	return nodereq.Capabilities(
 		csi.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME,
 		csi.NodeServiceCapability_RPC_EXPAND_VOLUME,
 		csi.NodeServiceCapability_RPC_GET_VOLUME_STATS,
 		// CSI 1.13 removed VOLUME_CONDITION (and NodeGetVolumeStats' volume_condition);
 		// NodeGetVolumeHealth replaces it
 		csi.NodeServiceCapability_RPC_GET_VOLUME_HEALTH,
-	} {
-		caps = append(caps, &csi.NodeServiceCapability{
-			Type: &csi.NodeServiceCapability_Rpc{Rpc: &csi.NodeServiceCapability_RPC{Type: t}},
-		})
-	}
-	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+	), nil
 }
 
 // errorStatus converts an error from attaching, mounting or a command into a status.
-func errorStatus(what string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
+func errorStatus(what string, err error) error { return nodereq.Status(what, err, errorCode) }
+
+func errorCode(err error) codes.Code {
 	var unavailable *attach.UnavailableError
-	code := codes.Internal
 	switch {
 	case errors.As(err, &unavailable):
-		code = codes.FailedPrecondition
+		return codes.FailedPrecondition
 	case errors.Is(err, attach.ErrImageNotFound):
-		code = codes.NotFound
+		return codes.NotFound
 	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
+		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
+		return codes.Canceled
 	}
-	return status.Errorf(code, "%s: %v", what, err)
+	return codes.Internal
 }

@@ -9,13 +9,13 @@ import (
 
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/server"
 )
 
 // newTestServer serves a cluster map of one cluster and keeps its state in a temporary
 // directory; x nil means the host executor.
-func newTestServer(t *testing.T, m v1.ClusterMap, x attach.Executor) *Server {
+func newTestServer(t *testing.T, m v1.ClusterMap, x hostexec.Executor) *Server {
 	t.Helper()
 	dir := t.TempDir()
 	b, err := json.Marshal(m)
@@ -32,7 +32,7 @@ func newTestServer(t *testing.T, m v1.ClusterMap, x attach.Executor) *Server {
 	}
 	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: server.NewOpLocks(), Timeout: time.Minute}
 	if x == nil {
-		x = attach.NewExecutor(opts.Timeout)
+		x = hostexec.New(opts.Timeout)
 	}
 	s, err := newServer(opts, x)
 	if err != nil {

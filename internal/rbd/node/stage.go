@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -27,13 +31,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeStageVolume", r.volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeStageVolume", r.volumeID, "stagingPath", r.stagingPath, "mounter", r.image.Mounter)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", r.volumeID, "stagingPath", r.stagingPath, "mounter", r.image.Mounter)
-	ctx = klog.NewContext(ctx, log)
 	start := time.Now()
 
 	cluster, err := s.opts.Clusters.Cluster(r.image.ClusterID)
@@ -128,7 +130,7 @@ func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attache
 // mountStaging formats the device if it holds no filesystem and mounts it at the staging path.
 func (s *Server) mountStaging(ctx context.Context, rec *record) error {
 	dev := rec.Attachment.Device
-	m, err := attach.MountAt(rec.StagingPath)
+	m, err := hostmount.MountAt(rec.StagingPath)
 	if err != nil {
 		return status.Errorf(codes.Internal, "reading the mount table: %v", err)
 	}
@@ -171,17 +173,15 @@ func (s *Server) mountStaging(ctx context.Context, rec *record) error {
 // remove the record. What to undo comes from the record, and whatever is already gone is
 // skipped, so it is idempotent and also cleans up after a failed or interrupted stage.
 func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
-	volumeID, stagingPath, err := parseUnstage(req)
+	volumeID, stagingPath, err := nodereq.Unstage(req)
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.opts.Locks.TryLock("NodeUnstageVolume", volumeID)
+	ctx, log, unlock, err := nodereq.Lock(ctx, s.opts.Locks, "NodeUnstageVolume", volumeID, "stagingPath", stagingPath)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := klog.FromContext(ctx).WithValues("volumeID", volumeID, "stagingPath", stagingPath)
-	ctx = klog.NewContext(ctx, log)
 	start := time.Now()
 
 	rec, err := readRecord(stagingPath)
@@ -205,12 +205,12 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 
 // unstage undoes everything a record describes, then removes it.
 func (s *Server) unstage(ctx context.Context, rec *record) error {
-	if err := s.unmountAll(ctx, rec.StagingPath); err != nil {
+	if err := hostmount.Unmount(ctx, s.x, rec.StagingPath); err != nil {
 		return errorStatus("unmounting "+rec.StagingPath, err)
 	}
 	attacher, ok := s.attachers[rec.Mounter]
 	if !ok {
-		return status.Errorf(codes.Internal, "staging record %s names unknown mounter %q", recordPath(rec.StagingPath), rec.Mounter)
+		return status.Errorf(codes.Internal, "staging record %s names unknown mounter %q", nodestate.RecordPath(rec.StagingPath), rec.Mounter)
 	}
 	// no Available check: a mounter that went away (module unloaded) must still be cleaned up
 	if err := attacher.Detach(ctx, rec.Attachment); err != nil {
@@ -219,7 +219,7 @@ func (s *Server) unstage(ctx context.Context, rec *record) error {
 	if dir := rec.Attachment.WorkDir; dir != "" {
 		// os.Remove, never RemoveAll: were anything still mounted in there, recursive removal
 		// would reach into it (and unlinking the file rbd-fuse shows removes the image)
-		if err := ignoreNotExist(os.Remove(dir + "/" + indexName)); err != nil {
+		if err := nodestate.RemoveIndex(dir); err != nil {
 			return status.Errorf(codes.Internal, "removing the volume index: %v", err)
 		}
 		if err := ignoreNotExist(os.Remove(dir)); errors.Is(err, unix.ENOTEMPTY) {
@@ -232,4 +232,11 @@ func (s *Server) unstage(ctx context.Context, rec *record) error {
 		return status.Errorf(codes.Internal, "removing the staging record: %v", err)
 	}
 	return nil
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -17,42 +19,42 @@ import (
 // volume_path, or the size of the block device published there. It takes no volume lock:
 // statistics must not fail because an expansion is running.
 func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeStatsRequest) (*csi.NodeGetVolumeStatsResponse, error) {
-	r, err := parsePathRequest(req.GetVolumeId(), req.GetVolumePath(), req.GetStagingTargetPath())
+	r, err := nodereq.ParsePath(req.GetVolumeId(), "volume_path", req.GetVolumePath(), req.GetStagingTargetPath(), true)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(r.volumePath)
+	fi, err := os.Stat(r.VolumePath)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, status.Errorf(codes.NotFound, "volume_path %q does not exist", r.volumePath)
+		return nil, status.Errorf(codes.NotFound, "volume_path %q does not exist", r.VolumePath)
 	}
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "volume_path: %v", err)
 	}
-	m, err := attach.MountAt(r.volumePath)
+	m, err := hostmount.MountAt(r.VolumePath)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "reading the mount table: %v", err)
 	}
 	if m == nil {
-		return nil, status.Errorf(codes.NotFound, "volume_path %q is not a mount", r.volumePath)
+		return nil, status.Errorf(codes.NotFound, "volume_path %q is not a mount", r.VolumePath)
 	}
-	rec, err := s.findRecord(r.volumeID, r.stagingPath)
+	rec, err := s.findRecord(r.VolumeID, r.StagingPath)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if rec == nil {
-		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.volumeID)
+		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.VolumeID)
 	}
 
 	if fi.Mode()&os.ModeDevice != 0 {
-		size, err := attach.DeviceSize(r.volumePath)
+		size, err := attach.DeviceSize(r.VolumePath)
 		if err != nil {
-			return nil, status.Errorf(codes.Internal, "size of %s: %v", r.volumePath, err)
+			return nil, status.Errorf(codes.Internal, "size of %s: %v", r.VolumePath, err)
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
 	var st unix.Statfs_t
-	if err := unix.Statfs(r.volumePath, &st); err != nil {
-		return nil, status.Errorf(codes.Internal, "statfs %s: %v", r.volumePath, err)
+	if err := unix.Statfs(r.VolumePath, &st); err != nil {
+		return nil, status.Errorf(codes.Internal, "statfs %s: %v", r.VolumePath, err)
 	}
 	bsize := st.Bsize
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
