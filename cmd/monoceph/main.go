@@ -47,6 +47,13 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
 	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", fence.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")
 	fs.IntVar(&cfg.FenceFallbackMaxPrefixV6, "fence-fallback-max-prefix-v6", fence.DefaultFallbackMaxPrefixV6, "on monitors without range blocklisting, widest IPv6 range fenced address by address (112-128)")
+	fs.StringVar(&cfg.SnapshotMetadata.BlockType, "snapshot-metadata-block-type", "variable", "changed block tracking: variable (exact extents) or fixed (whole RADOS objects)")
+	fs.DurationVar(&cfg.SnapshotMetadata.MaxStreamDuration, "snapshot-metadata-max-stream-duration", time.Hour, "bound on one changed block tracking stream (0: none)")
+	fs.StringVar(&cfg.SnapshotMetadata.Address, "snapshot-metadata-address", "", "host:port of the Kubernetes-facing SnapshotMetadata API for backup applications, TLS (empty: off)")
+	fs.StringVar(&cfg.SnapshotMetadata.TLSCert, "snapshot-metadata-tls-cert", "", "its TLS certificate (PEM), re-read when it changes")
+	fs.StringVar(&cfg.SnapshotMetadata.TLSKey, "snapshot-metadata-tls-key", "", "its TLS private key (PEM)")
+	fs.StringVar(&cfg.SnapshotMetadata.Audience, "snapshot-metadata-audience", "", "audience callers' tokens must carry (the SnapshotMetadataService's spec.audience)")
+	fs.StringVar(&cfg.SnapshotMetadata.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (default $KUBECONFIG or the pod's service account)")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return cfg, false, err
@@ -61,6 +68,9 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 // run is main without os.Exit, so tests can drive it. Every misconfiguration ends here with
 // one line on stderr and a non-zero code.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "changed-blocks" {
+		return changedBlocks(args[1:], stdout, stderr)
+	}
 	cfg, showVersion, err := parseFlags(args, stderr)
 	if err == flag.ErrHelp {
 		return 0

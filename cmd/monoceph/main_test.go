@@ -33,6 +33,8 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 	bad := writeMap(t, `[{"clusterID":"a"}]`)
 	sock := "unix://" + filepath.Join(t.TempDir(), "csi.sock")
 	base := []string{"--endpoint", sock, "--nodeid", "n1", "--cluster-config", good}
+	kubeconfig := writeMap(t, "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"+
+		"contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: x}}]\ncurrent-context: c\n")
 	tests := []struct {
 		name string
 		args []string
@@ -49,6 +51,13 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 		{"bad driver name", append([]string{"--type=rbd", "--drivername=-x"}, base...), "--drivername"},
 		{"bad metrics address", append([]string{"--type=rbd", "--metrics-address=nonsense"}, base...), "--metrics-address"},
 		{"zero timeout", append([]string{"--type=rbd", "--ceph-op-timeout=0s"}, base...), "--ceph-op-timeout"},
+		{"bad block type", append([]string{"--type=rbd", "--snapshot-metadata-block-type=exact"}, base...), "--snapshot-metadata-block-type"},
+		{"snapshot metadata without TLS", append([]string{"--type=rbd", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-audience=a"}, base...), "--snapshot-metadata-tls-cert"},
+		{"snapshot metadata without audience", append([]string{"--type=rbd", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-tls-cert=c", "--snapshot-metadata-tls-key=k"}, base...), "--snapshot-metadata-audience"},
+		{"snapshot metadata on a node", append([]string{"--type=rbd", "--mode=node", "--snapshot-metadata-address=127.0.0.1:0"}, base...), "RBD controllers"},
+		{"snapshot metadata unreadable key pair", append([]string{"--type=rbd", "--mode=controller", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-tls-cert=/nonexistent/c", "--snapshot-metadata-tls-key=/nonexistent/k", "--snapshot-metadata-audience=a", "--kubeconfig=" + kubeconfig}, base...), "TLS key pair"},
+		{"changed-blocks without argument", []string{"changed-blocks"}, "want one NAMESPACE/SNAPSHOT"},
+		{"changed-blocks bad argument", []string{"changed-blocks", "just-a-name"}, "is not NAMESPACE/SNAPSHOT"},
 		{"stray argument", append([]string{"--type=rbd", "extra"}, base...), `unexpected argument "extra"`},
 		{"unknown flag", append([]string{"--type=rbd", "--frobnicate"}, base...), "frobnicate"},
 	}

@@ -60,6 +60,9 @@ type Config struct {
 	FenceFallbackMaxPrefixV4 int
 	FenceFallbackMaxPrefixV6 int
 
+	// SnapshotMetadata configures changed block tracking (RBD controller only).
+	SnapshotMetadata SnapshotMetadataConfig
+
 	CephTimeouts  ceph.Timeouts
 	ConnIdleTTL   time.Duration
 	HealthTimeout time.Duration
@@ -116,5 +119,8 @@ func (c *Config) Complete() error {
 			return fmt.Errorf("%s=%v: must be positive", name, d)
 		}
 	}
-	return c.completeCSIAddons()
+	if err := c.completeCSIAddons(); err != nil {
+		return err
+	}
+	return c.completeSnapshotMetadata()
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/rbd"
 	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
 	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/snapmeta"
 	"github.com/monoceph/monoceph/internal/version"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
@@ -35,10 +36,11 @@ type Driver struct {
 	// recover repairs broken FUSE mounts left by an earlier run (CephFS node only)
 	recover func(context.Context) error
 
-	grpc   *server.GRPC
-	addons *server.GRPC // the csi-addons socket; nil when off
-	http   *server.HTTP
-	ready  atomic.Bool
+	grpc    *server.GRPC
+	addons  *server.GRPC        // the csi-addons socket; nil when off
+	snapTLS *snapmeta.TLSServer // the Kubernetes-facing snapshot metadata API; nil when off
+	http    *server.HTTP
+	ready   atomic.Bool
 }
 
 // New validates cfg, loads the cluster map and opens the listeners, so every misconfiguration
@@ -106,6 +108,11 @@ func (d *Driver) register() error {
 		}))
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
+		smCap, err := d.registerSnapshotMetadata()
+		if err != nil {
+			return err
+		}
+		caps = append(caps, smCap)
 	}
 	if d.cfg.Type == TypeCephFS && d.cfg.RunsController() {
 		csi.RegisterControllerServer(d.grpc.Server, cephfs.NewController(cephfs.Options{
@@ -158,7 +165,7 @@ func (d *Driver) MetricsAddr() string {
 // Run serves until ctx ends (SIGTERM), then stops gracefully: in-flight RPCs get
 // ShutdownGrace to finish, the socket file is removed and Ceph connections are closed.
 func (d *Driver) Run(ctx context.Context) error {
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	var wg sync.WaitGroup
 	serve := func(name string, f func() error) {
 		wg.Add(1)
@@ -175,6 +182,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	if d.http != nil {
 		serve("metrics server", d.http.Serve)
+	}
+	if d.snapTLS != nil {
+		serve("snapshot metadata TLS server", d.snapTLS.Serve)
 	}
 	if d.recover != nil {
 		// in the background: Probe must answer while mounts are repaired, and a CO that
@@ -205,6 +215,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	if d.http != nil {
 		d.http.Shutdown(d.cfg.ShutdownGrace)
+	}
+	if d.snapTLS != nil {
+		d.snapTLS.Shutdown(d.cfg.ShutdownGrace)
 	}
 	wg.Wait()
 	d.pool.Close()

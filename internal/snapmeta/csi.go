@@ -1,0 +1,76 @@
+package snapmeta
+
+import (
+	"github.com/container-storage-interface/spec/lib/go/csi"
+)
+
+// CSIServer is the CSI SnapshotMetadata service on the CSI socket, for the upstream
+// external-snapshot-metadata sidecar or any CSI client.
+type CSIServer struct {
+	csi.UnimplementedSnapshotMetadataServer
+	engine *Engine
+}
+
+// NewCSIServer serves e.
+func NewCSIServer(e *Engine) *CSIServer { return &CSIServer{engine: e} }
+
+// GetMetadataAllocated streams the allocated extents of a snapshot.
+func (s *CSIServer) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, stream csi.SnapshotMetadata_GetMetadataAllocatedServer) error {
+	target, err := ParseSnapshotID("snapshot_id", req.GetSnapshotId())
+	if err != nil {
+		return err
+	}
+	q := Query{Target: target, StartingOffset: req.GetStartingOffset(), MaxResults: req.GetMaxResults(), Secrets: req.GetSecrets()}
+	var buf csiBlocks
+	return s.engine.Stream(stream.Context(), q, func(h Header, ext []Extent) error {
+		return stream.Send(&csi.GetMetadataAllocatedResponse{
+			BlockMetadataType: csiStyle(h.Style), VolumeCapacityBytes: h.Capacity, BlockMetadata: buf.fill(ext)})
+	})
+}
+
+// GetMetadataDelta streams the extents changed between two snapshots of one volume.
+func (s *CSIServer) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream csi.SnapshotMetadata_GetMetadataDeltaServer) error {
+	base, err := ParseSnapshotID("base_snapshot_id", req.GetBaseSnapshotId())
+	if err != nil {
+		return err
+	}
+	target, err := ParseSnapshotID("target_snapshot_id", req.GetTargetSnapshotId())
+	if err != nil {
+		return err
+	}
+	q := Query{Target: target, Base: &base, StartingOffset: req.GetStartingOffset(), MaxResults: req.GetMaxResults(), Secrets: req.GetSecrets()}
+	var buf csiBlocks
+	return s.engine.Stream(stream.Context(), q, func(h Header, ext []Extent) error {
+		return stream.Send(&csi.GetMetadataDeltaResponse{
+			BlockMetadataType: csiStyle(h.Style), VolumeCapacityBytes: h.Capacity, BlockMetadata: buf.fill(ext)})
+	})
+}
+
+func csiStyle(s Style) csi.BlockMetadataType {
+	if s == Fixed {
+		return csi.BlockMetadataType_FIXED_LENGTH
+	}
+	return csi.BlockMetadataType_VARIABLE_LENGTH
+}
+
+// csiBlocks reuses one message's tuples for the next: Send has serialised them when it
+// returns, and a stream of a million extents then costs no million allocations.
+type csiBlocks struct {
+	items []csi.BlockMetadata
+	ptrs  []*csi.BlockMetadata
+}
+
+func (b *csiBlocks) fill(ext []Extent) []*csi.BlockMetadata {
+	if cap(b.items) < len(ext) {
+		b.items = make([]csi.BlockMetadata, len(ext))
+		b.ptrs = make([]*csi.BlockMetadata, len(ext))
+		for i := range b.items {
+			b.ptrs[i] = &b.items[i]
+		}
+	}
+	out := b.ptrs[:len(ext)]
+	for i, e := range ext {
+		out[i].ByteOffset, out[i].SizeBytes = e.Offset, e.Length
+	}
+	return out
+}
