@@ -21,7 +21,7 @@ func (s *CSIServer) GetMetadataAllocated(req *csi.GetMetadataAllocatedRequest, s
 		return err
 	}
 	q := Query{Target: target, StartingOffset: req.GetStartingOffset(), MaxResults: req.GetMaxResults(), Secrets: req.GetSecrets()}
-	var buf csiBlocks
+	buf := newCSIBlocks()
 	return s.engine.Stream(stream.Context(), q, func(h Header, ext []Extent) error {
 		return stream.Send(&csi.GetMetadataAllocatedResponse{
 			BlockMetadataType: csiStyle(h.Style), VolumeCapacityBytes: h.Capacity, BlockMetadata: buf.fill(ext)})
@@ -39,7 +39,7 @@ func (s *CSIServer) GetMetadataDelta(req *csi.GetMetadataDeltaRequest, stream cs
 		return err
 	}
 	q := Query{Target: target, Base: &base, StartingOffset: req.GetStartingOffset(), MaxResults: req.GetMaxResults(), Secrets: req.GetSecrets()}
-	var buf csiBlocks
+	buf := newCSIBlocks()
 	return s.engine.Stream(stream.Context(), q, func(h Header, ext []Extent) error {
 		return stream.Send(&csi.GetMetadataDeltaResponse{
 			BlockMetadataType: csiStyle(h.Style), VolumeCapacityBytes: h.Capacity, BlockMetadata: buf.fill(ext)})
@@ -53,24 +53,30 @@ func csiStyle(s Style) csi.BlockMetadataType {
 	return csi.BlockMetadataType_VARIABLE_LENGTH
 }
 
-// csiBlocks reuses one message's tuples for the next: Send has serialised them when it
-// returns, and a stream of a million extents then costs no million allocations.
-type csiBlocks struct {
-	items []csi.BlockMetadata
-	ptrs  []*csi.BlockMetadata
+// blockBuf reuses one message's tuples for the next: Send has serialised them when it
+// returns, and a stream of a million extents then costs no million allocations. T is the CSI
+// or the Kubernetes-facing BlockMetadata; set fills one from an extent.
+type blockBuf[T any] struct {
+	items []T
+	ptrs  []*T
+	set   func(*T, Extent)
 }
 
-func (b *csiBlocks) fill(ext []Extent) []*csi.BlockMetadata {
+func (b *blockBuf[T]) fill(ext []Extent) []*T {
 	if cap(b.items) < len(ext) {
-		b.items = make([]csi.BlockMetadata, len(ext))
-		b.ptrs = make([]*csi.BlockMetadata, len(ext))
+		b.items = make([]T, len(ext))
+		b.ptrs = make([]*T, len(ext))
 		for i := range b.items {
 			b.ptrs[i] = &b.items[i]
 		}
 	}
 	out := b.ptrs[:len(ext)]
 	for i, e := range ext {
-		out[i].ByteOffset, out[i].SizeBytes = e.Offset, e.Length
+		b.set(out[i], e)
 	}
 	return out
+}
+
+func newCSIBlocks() *blockBuf[csi.BlockMetadata] {
+	return &blockBuf[csi.BlockMetadata]{set: func(m *csi.BlockMetadata, e Extent) { m.ByteOffset, m.SizeBytes = e.Offset, e.Length }}
 }

@@ -71,7 +71,7 @@ func (s *KubeServer) GetMetadataAllocated(req *api.GetMetadataAllocatedRequest, 
 		return err
 	}
 	q.StartingOffset, q.MaxResults = req.GetStartingOffset(), req.GetMaxResults()
-	var buf apiBlocks
+	buf := newAPIBlocks()
 	return s.engine.Stream(ctx, q, func(h Header, ext []Extent) error {
 		return stream.Send(&api.GetMetadataAllocatedResponse{
 			BlockMetadataType: apiStyle(h.Style), VolumeCapacityBytes: h.Capacity, BlockMetadata: buf.fill(ext)})
@@ -94,7 +94,7 @@ func (s *KubeServer) GetMetadataDelta(req *api.GetMetadataDeltaRequest, stream a
 		return err
 	}
 	q.Base, q.StartingOffset, q.MaxResults = &base, req.GetStartingOffset(), req.GetMaxResults()
-	var buf apiBlocks
+	buf := newAPIBlocks()
 	return s.engine.Stream(ctx, q, func(h Header, ext []Extent) error {
 		return stream.Send(&api.GetMetadataDeltaResponse{
 			BlockMetadataType: apiStyle(h.Style), VolumeCapacityBytes: h.Capacity, BlockMetadata: buf.fill(ext)})
@@ -108,23 +108,6 @@ func apiStyle(s Style) api.BlockMetadataType {
 	return api.BlockMetadataType_VARIABLE_LENGTH
 }
 
-// apiBlocks is csiBlocks for the Kubernetes-facing messages.
-type apiBlocks struct {
-	items []api.BlockMetadata
-	ptrs  []*api.BlockMetadata
-}
-
-func (b *apiBlocks) fill(ext []Extent) []*api.BlockMetadata {
-	if cap(b.items) < len(ext) {
-		b.items = make([]api.BlockMetadata, len(ext))
-		b.ptrs = make([]*api.BlockMetadata, len(ext))
-		for i := range b.items {
-			b.ptrs[i] = &b.items[i]
-		}
-	}
-	out := b.ptrs[:len(ext)]
-	for i, e := range ext {
-		out[i].ByteOffset, out[i].SizeBytes = e.Offset, e.Length
-	}
-	return out
+func newAPIBlocks() *blockBuf[api.BlockMetadata] {
+	return &blockBuf[api.BlockMetadata]{set: func(m *api.BlockMetadata, e Extent) { m.ByteOffset, m.SizeBytes = e.Offset, e.Length }}
 }
