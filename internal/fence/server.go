@@ -93,6 +93,17 @@ func (s *Server) bound(ctx context.Context) (context.Context, context.CancelFunc
 	return context.WithTimeout(ctx, s.opts.Timeout)
 }
 
+// open bounds ctx by the operation timeout and connects to t's cluster; done releases both.
+func (s *Server) open(ctx context.Context, t target) (context.Context, cluster, func(), error) {
+	ctx, cancel := s.bound(ctx)
+	cl, err := s.connect(ctx, t.cluster, t.cred)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, codeFor(err)
+	}
+	return ctx, cl, func() { cl.Release(); cancel() }, nil
+}
+
 // lock serialises operations on the same CIDRs of a cluster; a second one gets ABORTED and
 // its caller retries.
 func (s *Server) lock(op, clusterID string, prefixes []netip.Prefix) (func(), error) {
@@ -141,13 +152,11 @@ func (s *Server) FenceClusterNetwork(ctx context.Context, req *fencepb.FenceClus
 		return nil, err
 	}
 	defer unlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	cl, err := s.connect(ctx, t.cluster, t.cred)
+	ctx, cl, done, err := s.open(ctx, t)
 	if err != nil {
-		return nil, codeFor(err)
+		return nil, err
 	}
-	defer cl.Release()
+	defer done()
 	logger := klog.FromContext(ctx).WithValues("clusterID", t.id, "cidrs", prefixes)
 	if force {
 		logger.Info("Self-fencing guard overridden by parameter", "parameter", ForceParameter)
@@ -183,13 +192,11 @@ func (s *Server) UnfenceClusterNetwork(ctx context.Context, req *fencepb.Unfence
 		return nil, err
 	}
 	defer unlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	cl, err := s.connect(ctx, t.cluster, t.cred)
+	ctx, cl, done, err := s.open(ctx, t)
 	if err != nil {
-		return nil, codeFor(err)
+		return nil, err
 	}
-	defer cl.Release()
+	defer done()
 	res, err := unfence(ctx, cl, s.opts, prefixes)
 	if err != nil {
 		return nil, codeFor(err)
@@ -205,13 +212,11 @@ func (s *Server) ListClusterFence(ctx context.Context, req *fencepb.ListClusterF
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	cl, err := s.connect(ctx, t.cluster, t.cred)
+	ctx, cl, done, err := s.open(ctx, t)
 	if err != nil {
-		return nil, codeFor(err)
+		return nil, err
 	}
-	defer cl.Release()
+	defer done()
 	listed, err := cl.List(ctx)
 	if err != nil {
 		return nil, codeFor(err)
@@ -240,13 +245,11 @@ func (s *Server) GetFenceClients(ctx context.Context, req *fencepb.GetFenceClien
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
-	cl, err := s.connect(ctx, t.cluster, t.cred)
+	ctx, cl, done, err := s.open(ctx, t)
 	if err != nil {
-		return nil, codeFor(err)
+		return nil, err
 	}
-	defer cl.Release()
+	defer done()
 	fsid, err := cl.FSID(ctx)
 	if err != nil {
 		return nil, codeFor(err)
