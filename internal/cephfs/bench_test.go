@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/ceph/go-ceph/cephfs/admin"
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -116,5 +115,4 @@ func BenchmarkShallowVsClone(b *testing.B) {
 		float64(rows[3].Samples.Percentile(50))/float64(rows[1].Samples.Percentile(50)),
 		float64(rows[2].Samples.Percentile(50))/float64(rows[0].Samples.Percentile(50)))
 	benchstat.Report(b, rows...)
-	_ = time.Second
 }
