@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// HTTP serves /metrics and /healthz.
+// HTTP serves /metrics, /healthz and /livez.
 type HTTP struct {
 	srv *http.Server
 	lis net.Listener
@@ -27,6 +27,11 @@ func NewHTTP(addr string, reg *prometheus.Registry, healthz http.Handler) (*HTTP
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.Handle("/healthz", healthz)
+	// Liveness must not depend on Ceph: restarting a node plugin because the cluster is down
+	// would kill the FUSE daemons of every mounted volume and cure nothing.
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	return &HTTP{lis: lis, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
 }
 

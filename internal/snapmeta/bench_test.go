@@ -20,6 +20,7 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
+	"github.com/monoceph/monoceph/internal/kubetest"
 	rbdctl "github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
@@ -187,8 +188,8 @@ func (k staticKube) Snapshot(context.Context, string, string) (string, map[strin
 // tlsPath serves the Kubernetes-facing API on TLS and returns a run of GetMetadataDelta
 // through it.
 func tlsPath(b *testing.B, e *env, base, target volid.RBDSnapshot) func() (int, time.Duration) {
-	ca := newTestCA(b)
-	certPEM, keyPEM := ca.issue(b, "bench")
+	ca := kubetest.NewCA(b)
+	certPEM, keyPEM := ca.Issue(b, "bench")
 	dir := b.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
@@ -205,7 +206,7 @@ func tlsPath(b *testing.B, e *env, base, target volid.RBDSnapshot) func() (int, 
 	go func() { _ = srv.Serve() }()
 	b.Cleanup(func() { srv.Shutdown(5 * time.Second) })
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca.certPEM)
+	pool.AppendCertsFromPEM(ca.CertPEM)
 	cc, err := grpc.NewClient(srv.Addr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
 	if err != nil {
 		b.Fatal(err)

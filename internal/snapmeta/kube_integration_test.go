@@ -19,6 +19,7 @@ import (
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/iterator"
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	"github.com/monoceph/monoceph/internal/kubetest"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +27,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
-	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +43,7 @@ const (
 // Kubernetes-facing service on TLS, published by a SnapshotMetadataService object.
 type kubeEnv struct {
 	*env
-	cp   *controlPlane
+	cp   *kubetest.ControlPlane
 	kc   kubernetes.Interface
 	sc   snapclient.Interface
 	addr string
@@ -51,9 +51,10 @@ type kubeEnv struct {
 
 func newKubeEnv(t *testing.T) *kubeEnv {
 	t.Helper()
-	cp := startControlPlane(t)
+	cp := kubetest.Start(t, kubetest.Options{})
+	cp.ApplyCRDs(t, kubetest.SnapshotCRDs(t)...)
 	k := &kubeEnv{env: newEnv(t, Options{MaxStreamDuration: time.Minute}), cp: cp,
-		kc: kubernetes.NewForConfigOrDie(cp.admin), sc: snapclient.NewForConfigOrDie(cp.admin)}
+		kc: kubernetes.NewForConfigOrDie(cp.Admin), sc: snapclient.NewForConfigOrDie(cp.Admin)}
 	ctx := context.Background()
 	must := func(_ any, err error) {
 		t.Helper()
@@ -80,7 +81,7 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: backupNS}}}, metav1.CreateOptions{}))
 
 	dir := t.TempDir()
-	certPEM, keyPEM := cp.ca.issue(t, "snapshot-metadata")
+	certPEM, keyPEM := cp.CA.Issue(t, "snapshot-metadata")
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
 		t.Fatal(err)
@@ -96,9 +97,9 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 	go func() { _ = srv.Serve() }()
 	t.Cleanup(func() { srv.Shutdown(5 * time.Second) })
 	k.addr = srv.Addr()
-	must(smsclient.NewForConfigOrDie(cp.admin).CbtV1beta1().SnapshotMetadataServices().Create(ctx, &v1beta1.SnapshotMetadataService{
+	must(smsclient.NewForConfigOrDie(cp.Admin).CbtV1beta1().SnapshotMetadataServices().Create(ctx, &v1beta1.SnapshotMetadataService{
 		ObjectMeta: metav1.ObjectMeta{Name: testDriver},
-		Spec:       v1beta1.SnapshotMetadataServiceSpec{Address: k.addr, CACert: cp.ca.certPEM, Audience: testAudience},
+		Spec:       v1beta1.SnapshotMetadataServiceSpec{Address: k.addr, CACert: cp.CA.CertPEM, Audience: testAudience},
 	}, metav1.CreateOptions{}))
 	return k
 }
@@ -139,20 +140,14 @@ func (k *kubeEnv) volumeSnapshot(t *testing.T, name, handle, driver string, read
 // token issues a token of a backupNS service account for audience.
 func (k *kubeEnv) token(t *testing.T, sa, audience string) string {
 	t.Helper()
-	exp := int64(600)
-	tr, err := k.kc.CoreV1().ServiceAccounts(backupNS).CreateToken(context.Background(), sa, &authnv1.TokenRequest{
-		Spec: authnv1.TokenRequestSpec{Audiences: []string{audience}, ExpirationSeconds: &exp}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tr.Status.Token
+	return k.cp.Token(t, backupNS, sa, audience)
 }
 
 // client dials the published address over TLS trusting the test CA.
 func (k *kubeEnv) client(t *testing.T) api.SnapshotMetadataClient {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(k.cp.ca.certPEM)
+	pool.AppendCertsFromPEM(k.cp.CA.CertPEM)
 	cc, err := grpc.NewClient(k.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
 	if err != nil {
 		t.Fatal(err)
@@ -191,7 +186,7 @@ func TestUpstreamIteratorOverTLS(t *testing.T) {
 	h := newHistory(t, k.env)
 	k.volumeSnapshot(t, "s1", h.s1.String(), testDriver, true)
 	k.volumeSnapshot(t, "s3", h.s3.String(), testDriver, true)
-	clients, err := iterator.BuildClients(k.cp.admin)
+	clients, err := iterator.BuildClients(k.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +304,7 @@ func TestChangedBlocksCLI(t *testing.T) {
 	want := k.oracle(t, h.s3, &h.s2, false)
 
 	var out bytes.Buffer
-	err := ChangedBlocks(context.Background(), k.cp.admin, ChangedBlocksArgs{Namespace: backupNS, Snapshot: "s3",
+	err := ChangedBlocks(context.Background(), k.cp.Admin, ChangedBlocksArgs{Namespace: backupNS, Snapshot: "s3",
 		BaseSnapshot: "s2", ServiceAccount: backupNS + "/backup", Output: "json"}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +326,7 @@ func TestChangedBlocksCLI(t *testing.T) {
 	}
 
 	out.Reset()
-	err = ChangedBlocks(context.Background(), k.cp.admin, ChangedBlocksArgs{Namespace: backupNS, Snapshot: "s3",
+	err = ChangedBlocks(context.Background(), k.cp.Admin, ChangedBlocksArgs{Namespace: backupNS, Snapshot: "s3",
 		BaseSnapshotID: h.s2.String(), ServiceAccount: backupNS + "/backup"}, &out)
 	if err != nil {
 		t.Fatal(err)
@@ -341,7 +336,7 @@ func TestChangedBlocksCLI(t *testing.T) {
 		t.Errorf("table output:\n%s", out.String())
 	}
 
-	if err := ChangedBlocks(context.Background(), k.cp.admin, ChangedBlocksArgs{Namespace: backupNS, Snapshot: "s3",
+	if err := ChangedBlocks(context.Background(), k.cp.Admin, ChangedBlocksArgs{Namespace: backupNS, Snapshot: "s3",
 		ServiceAccount: backupNS + "/nobody"}, io.Discard); status.Code(errorsCause(err)) != codes.PermissionDenied {
 		t.Errorf("as nobody: %v, want PermissionDenied", err)
 	}

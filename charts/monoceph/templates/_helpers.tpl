@@ -1,0 +1,88 @@
+{{/* Names are "<release>-<chart>" unless the release name already holds the chart name. */}}
+{{- define "monoceph.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "monoceph.labels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* Selector labels of one component: pass (dict "root" $ "component" "rbd-controller"). */}}
+{{- define "monoceph.selector" -}}
+app.kubernetes.io/name: {{ .root.Chart.Name }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "monoceph.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "monoceph.cephSecretName" -}}
+{{- .Values.cephUser.existingSecret | default (printf "%s-ceph-user" (include "monoceph.fullname" .)) -}}
+{{- end -}}
+
+{{- define "monoceph.clusterMapName" -}}
+{{ include "monoceph.fullname" . }}-clusters
+{{- end -}}
+
+{{/* The cluster map: the "cluster" value first, then extraClusters. */}}
+{{- define "monoceph.clusterMap" -}}
+{{- $first := dict "clusterID" .Values.cluster.id "monitors" .Values.cluster.monitors -}}
+{{- with .Values.cluster.rbd.radosNamespace }}{{ $_ := set $first "rbd" (dict "radosNamespace" .) }}{{ end -}}
+{{- $fs := dict -}}
+{{- with .Values.cluster.cephFS.subvolumeGroup }}{{ $_ := set $fs "subvolumeGroup" . }}{{ end -}}
+{{- with .Values.cluster.cephFS.radosNamespace }}{{ $_ := set $fs "radosNamespace" . }}{{ end -}}
+{{- if $fs }}{{ $_ := set $first "cephFS" $fs }}{{ end -}}
+{{- prepend .Values.extraClusters $first | toPrettyJson -}}
+{{- end -}}
+
+{{/* Leader election flags of the kubernetes-csi sidecars. */}}
+{{- define "monoceph.leaderElectionArgs" -}}
+{{- $le := .Values.controller.leaderElection -}}
+- --leader-election={{ $le.enabled }}
+{{- if $le.enabled }}
+- --leader-election-namespace={{ .Release.Namespace }}
+- --leader-election-lease-duration={{ $le.leaseDuration }}
+- --leader-election-renew-deadline={{ $le.renewDeadline }}
+- --leader-election-retry-period={{ $le.retryPeriod }}
+{{- end }}
+{{- end -}}
+
+{{/* The enabled drivers, as a list of (dict "kind" "rbd" "values" .Values.rbd). */}}
+{{- define "monoceph.drivers" -}}
+{{- $out := list -}}
+{{- range $kind := list "rbd" "cephfs" -}}
+{{- $d := index $.Values $kind -}}
+{{- if $d.enabled }}{{ $out = append $out $kind }}{{ end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* Containers that need no privileges at all. */}}
+{{- define "monoceph.restricted" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{- define "monoceph.snapshotMetadataName" -}}
+{{ include "monoceph.fullname" . }}-rbd-snapshot-metadata
+{{- end -}}
+
+{{- define "monoceph.snapshotMetadataAudience" -}}
+{{ .Values.rbd.snapshotMetadata.audience | default (include "monoceph.snapshotMetadataName" .) }}
+{{- end -}}
+
+{{- define "monoceph.snapshotMetadataTLSSecret" -}}
+{{ .Values.rbd.snapshotMetadata.tls.existingSecret | default (printf "%s-tls" (include "monoceph.snapshotMetadataName" .)) }}
+{{- end -}}

@@ -1,0 +1,185 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/monoceph/monoceph/internal/kubetest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+)
+
+// the minimal install of the README: monitors, a cluster ID and a Ceph user
+var minimal = []string{"cluster.id=prod", "cluster.monitors={10.0.0.1:6789,10.0.0.2}", "cephUser.id=kubernetes",
+	"cephUser.key=AQBs3w1oAAAAABAAwmQYHKlKvZx2g3g4ywLLTw=="}
+
+// helmCmd runs the helm binary make built on the chart.
+func helmCmd(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := os.Getenv("MONOCEPH_E2E_BIN")
+	if bin == "" {
+		if os.Getenv("MONOCEPH_E2E") == "1" {
+			t.Fatal("MONOCEPH_E2E=1 but MONOCEPH_E2E_BIN is unset: run make e2e")
+		}
+		t.Skip("chart tests: run make e2e (needs helm and kube-apiserver built by make)")
+	}
+	cmd := exec.Command(filepath.Join(bin, "helm"), args...)
+	cmd.Dir = "../.."
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out.String(), err
+}
+
+func sets(values ...string) []string {
+	var args []string
+	for _, v := range values {
+		args = append(args, "--set", v)
+	}
+	return args
+}
+
+func TestChartLint(t *testing.T) {
+	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "cephfs.csiAddons.enabled=true"}} {
+		args := append([]string{"lint", "--strict", "charts/monoceph"}, sets(append(append([]string{}, minimal...), extra...)...)...)
+		if out, err := helmCmd(t, args...); err != nil {
+			t.Errorf("helm %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// TestChartRejectsBadValues: values.schema.json (and required checks) stop a bad install
+// before anything reaches the cluster, naming the field.
+func TestChartRejectsBadValues(t *testing.T) {
+	for _, c := range []struct {
+		name, set, wantErr string
+	}{
+		{"no monitors", "cluster.monitors=null", "monitors"},
+		{"cluster ID with a slash", "cluster.id=a/b", "/cluster/id"},
+		{"cluster ID too long", "cluster.id=" + strings.Repeat("x", 37), "/cluster/id"},
+		{"misspelt key", "rbd.storageclass.create=true", "storageclass"},
+		{"duration without unit", "controller.cephOpTimeout=30", "cephOpTimeout"},
+		{"port out of range", "rbd.controllerMetricsPort=70000", "controllerMetricsPort"},
+		{"unknown mounter", "rbd.storageClass.mounter=nbd", "mounter"},
+		{"storage class without pool", "rbd.storageClass.create=true", "pool"},
+		{"CephFS storage class without filesystem", "cephfs.storageClass.create=true", "fsName"},
+		{"key that is not base64", "cephUser.key=not a key", "key"},
+		{"no Ceph key and no existing secret", "cephUser.key=", "cephUser"},
+		{"block type", "rbd.snapshotMetadata.blockType=blocks", "blockType"},
+		{"zero replicas", "controller.replicas=0", "replicas"},
+		{"RADOS namespace too long", "cluster.rbd.radosNamespace=" + strings.Repeat("n", 33), "radosNamespace"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"template", "x", "charts/monoceph"}, sets(append(append([]string{}, minimal...), c.set)...)...)
+			out, err := helmCmd(t, args...)
+			if err == nil {
+				t.Fatalf("--set %s rendered:\n%.300s", c.set, out)
+			}
+			if !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("--set %s: %v; want it to name %q", c.set, err, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestChartObjectsValidOnAPIServer renders the chart with several value sets and creates
+// every object on a real kube-apiserver as a server-side dry run with strict field
+// validation: the API server's own OpenAPI schemas judge the output.
+func TestChartObjectsValidOnAPIServer(t *testing.T) {
+	if _, err := helmCmd(t, "version"); err != nil {
+		t.Fatal(err)
+	}
+	cp := kubetest.Start(t, kubetest.Options{})
+	csiAddons := kubetest.ModuleDir(t, "../../scripts/tools/csi-addons", "github.com/csi-addons/kubernetes-csi-addons")
+	cp.ApplyCRDs(t, append(kubetest.SnapshotCRDs(t), filepath.Join(csiAddons, "deploy/controller/crds.yaml"))...)
+	kc := kubernetes.NewForConfigOrDie(cp.Admin)
+	dyn := dynamic.NewForConfigOrDie(cp.Admin)
+	ctx := context.Background()
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kc.Discovery()))
+	for _, c := range []struct {
+		name   string
+		values []string
+	}{
+		{"minimal", nil},
+		{"everything", []string{"rbd.storageClass.create=true", "rbd.storageClass.pool=rbd", "rbd.snapshotClass.create=true",
+			"rbd.snapshotMetadata.enabled=true", "cephfs.storageClass.create=true", "cephfs.storageClass.fsName=fs",
+			"cephfs.snapshotClass.create=true", "cephfs.csiAddons.enabled=true", "rbd.storageClass.isDefault=true",
+			"controller.hostNetwork=true", "cluster.cephFS.subvolumeGroup=k8s", "rbd.storageClass.mountOptions={discard}",
+			"controller.resources.requests.cpu=100m", "node.nodeSelector.storage=yes"}},
+		{"rbd only, existing secrets", []string{"rbd.enabled=true", "cephfs.enabled=false", "cephUser.existingSecret=ceph-user",
+			"cephUser.key=", "rbd.snapshotMetadata.enabled=true", "rbd.snapshotMetadata.tls.existingSecret=cbt-tls", "controller.leaderElection.enabled=false"}},
+		{"cephfs only", []string{"rbd.enabled=false", "cephfs.storageClass.create=true", "cephfs.storageClass.fsName=fs",
+			"cephfs.storageClass.backingSnapshot=false"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if strings.Contains(strings.Join(c.values, ","), "tls.existingSecret=cbt-tls") {
+				// the chart reads the CA of an existing TLS Secret (lookup needs a live cluster,
+				// hence install --dry-run=server below)
+				crt, key := cp.CA.Issue(t, "cbt")
+				_, err := kc.CoreV1().Secrets("storage").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cbt-tls"},
+					Type: corev1.SecretTypeTLS, Data: map[string][]byte{"ca.crt": cp.CA.CertPEM, "tls.crt": crt, "tls.key": key}}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := append([]string{"install", "r", "charts/monoceph", "--namespace", "storage", "--dry-run=server",
+				"--kubeconfig", cp.Kubeconfig(t, cp.AdminToken)}, sets(append(append([]string{}, minimal...), c.values...)...)...)
+			out, err := helmCmd(t, args...)
+			if err != nil {
+				t.Fatalf("helm install --dry-run=server: %v", err)
+			}
+			// the dry run prints the release; its manifest follows "MANIFEST:" until "NOTES:"
+			manifest := out
+			if i := strings.Index(manifest, "MANIFEST:"); i >= 0 {
+				manifest = manifest[i+len("MANIFEST:"):]
+			}
+			if i := strings.Index(manifest, "NOTES:"); i >= 0 {
+				manifest = manifest[:i]
+			}
+			n := 0
+			for _, doc := range strings.Split(manifest, "\n---") {
+				var m map[string]any
+				if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+					t.Fatalf("manifest: %v\n%s", err, doc)
+				}
+				if len(m) == 0 {
+					continue
+				}
+				o := &unstructured.Unstructured{Object: m}
+				gvk := o.GroupVersionKind()
+				rm, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+				if err != nil {
+					t.Fatalf("%s: %v", gvk, err)
+				}
+				ri := dyn.Resource(rm.Resource).Namespace(o.GetNamespace())
+				if _, err := ri.Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+					t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
+				}
+				n++
+			}
+			if n < 10 {
+				t.Fatalf("only %d objects rendered:\n%s", n, out)
+			}
+			t.Logf("%d objects valid", n)
+		})
+	}
+}

@@ -1,0 +1,335 @@
+// Package kube is the end-to-end test of the Helm chart on a real Kubernetes control plane
+// (etcd, kube-apiserver, kube-controller-manager) and the local Ceph cluster: the chart is
+// installed with the README's commands, its pods run as local processes with the real
+// kubernetes-csi sidecars and csi-addons, and a user's PVCs, snapshots, expansions, network
+// fences and a backup application's changed-block listing go through them to Ceph.
+package kube
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/volid"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestHelmChartEndToEnd(t *testing.T) {
+	e := newEnv(t)
+	e.installCluster()
+	for _, ns := range []string{userNS, "backup"} {
+		if _, err := e.kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		name string
+		run  func(*env)
+	}{
+		{"helm install creates every object", (*env).stepInstall},
+		{"RBD volume, snapshot, clone, expansion and node path", (*env).stepRBD},
+		{"changed blocks between two VolumeSnapshots", (*env).stepChangedBlocks},
+		{"CephFS volume, shallow read-only restore, expansion and node path", (*env).stepCephFS},
+		{"NetworkFence fences and unfences", (*env).stepFence},
+		{"helm uninstall removes every object", (*env).stepUninstall},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		ok := t.Run(s.name, func(t *testing.T) {
+			sub := *e
+			sub.t = t
+			s.run(&sub)
+		})
+		t.Logf("%s: %v (%.1f s)", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(start).Seconds())
+		if !ok {
+			t.FailNow()
+		}
+	}
+}
+
+var installed []*unstructured.Unstructured
+
+func (e *env) stepInstall() {
+	e.helmInstall()
+	installed = e.releaseObjects()
+	kinds := map[string]int{}
+	for _, o := range installed {
+		kinds[o.GetKind()]++
+	}
+	e.t.Logf("release objects: %v", kinds)
+	for kind, n := range map[string]int{"Deployment": 2, "DaemonSet": 2, "CSIDriver": 2, "ConfigMap": 1, "StorageClass": 2,
+		"VolumeSnapshotClass": 2, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 2} {
+		if kinds[kind] != n {
+			e.t.Errorf("release has %d %s objects, want %d", kinds[kind], kind, n)
+		}
+	}
+	if m := e.missing(installed, false); len(m) > 0 {
+		e.t.Fatalf("objects of the release missing from the API server: %v", m)
+	}
+	e.startPods()
+}
+
+func (e *env) stepRBD() {
+	pv := e.createPVC(claim{name: "rbd-data", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce})
+	image := e.rbdImage(pv)
+	if size, err := e.rbdSize(image); err != nil || size != 64<<20 {
+		e.t.Fatalf("image %s of PV %s: size %d, %v; want 64 MiB", image, pv.Name, size, err)
+	}
+	m := e.mountPV(pv, false)
+	m.write("greeting", []byte("written before the snapshot"))
+	vs := e.snapshot("rbd-snap", "rbd-data", "monoceph-rbd")
+	m.write("greeting", []byte("written after the snapshot"))
+
+	restoredPV := e.createPVC(claim{name: "rbd-restored", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce, fromSnapshot: "rbd-snap"})
+	restored := e.mountPV(restoredPV, false)
+	if got := restored.read("greeting"); got != "written before the snapshot" {
+		e.t.Errorf("clone of the snapshot reads %q", got)
+	}
+	restored.unmount()
+
+	pv = e.expand("rbd-data", "128Mi")
+	if size, err := e.rbdSize(image); err != nil || size != 128<<20 {
+		e.t.Errorf("image %s after expansion: size %d, %v; want 128 MiB", image, size, err)
+	}
+	m.unmount()
+
+	e.deletePVC("rbd-restored", restoredPV)
+	e.deleteSnapshot(vs)
+	e.deletePVC("rbd-data", pv)
+	for _, img := range []string{image, e.rbdImage(restoredPV)} {
+		if _, err := e.rbdSize(img); err == nil {
+			e.t.Errorf("image %s still exists after its PVC was deleted", img)
+		}
+	}
+}
+
+func (e *env) stepCephFS() {
+	pv := e.createPVC(claim{name: "fs-data", class: "monoceph-cephfs", size: "64Mi", mode: corev1.ReadWriteMany})
+	group, name := e.subvolume(pv)
+	if q, err := e.subvolumeQuota(group, name); err != nil || q != 64<<20 {
+		e.t.Fatalf("subvolume %s/%s: quota %d, %v; want 64 MiB", group, name, q, err)
+	}
+	m := e.mountPV(pv, false)
+	m.write("greeting", []byte("written before the snapshot"))
+	vs := e.snapshot("fs-snap", "fs-data", "monoceph-cephfs")
+	m.write("greeting", []byte("written after the snapshot"))
+
+	// a read-only claim from a snapshot is a shallow volume: no subvolume, the snapshot itself
+	shallowPV := e.createPVC(claim{name: "fs-shallow", class: "monoceph-cephfs", size: "64Mi", mode: corev1.ReadOnlyMany, fromSnapshot: "fs-snap"})
+	if shallowPV.Spec.CSI.VolumeAttributes["shallow"] != "true" {
+		e.t.Errorf("restored read-only PV is not shallow: volume attributes %v", shallowPV.Spec.CSI.VolumeAttributes)
+	}
+	shallow := e.mountPV(shallowPV, true)
+	if got := shallow.read("greeting"); got != "written before the snapshot" {
+		e.t.Errorf("shallow volume reads %q", got)
+	}
+	err := os.WriteFile(filepath.Join(shallow.target, "new"), []byte("x"), 0o600)
+	if !errors.Is(err, syscall.EROFS) {
+		e.t.Errorf("writing to the shallow volume: %v, want EROFS", err)
+	}
+	shallow.unmount()
+
+	pv = e.expand("fs-data", "128Mi")
+	if q, err := e.subvolumeQuota(group, name); err != nil || q != 128<<20 {
+		e.t.Errorf("subvolume %s/%s after expansion: quota %d, %v; want 128 MiB", group, name, q, err)
+	}
+	m.unmount()
+
+	// the snapshot goes first while the shallow volume still uses it: the volume keeps working
+	e.deleteSnapshot(vs)
+	e.deletePVC("fs-shallow", shallowPV)
+	e.deletePVC("fs-data", pv)
+	if out, err := e.cephCmd("ceph", "fs", "subvolume", "ls", e.ceph.FSName, "--group_name", group, "--format", "json"); err != nil || strings.Contains(out, name) {
+		e.t.Errorf("subvolume %s still listed after its PVC was deleted: %s %v", name, out, err)
+	}
+}
+
+// stepChangedBlocks has a backup application, bound to the chart's client ClusterRole, list
+// the blocks changed between two VolumeSnapshots through the SnapshotMetadataService the chart
+// published (discovery, service account token, TLS with the chart's generated CA), and
+// compares them with what rbd diff reports.
+func (e *env) stepChangedBlocks() {
+	ctx := context.Background()
+	if _, err := e.kc.CoreV1().ServiceAccounts("backup").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "backup"}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "backup-cbt"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release + "-snapshot-metadata-client"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: "backup"}},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	pv := e.createPVC(claim{name: "cbt", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce})
+	m := e.mountPV(pv, false)
+	m.write("base", bytes.Repeat([]byte("a"), 1<<20))
+	s1 := e.snapshot("cbt-1", "cbt", "monoceph-rbd")
+	m.write("incremental", bytes.Repeat([]byte("b"), 2<<20))
+	s2 := e.snapshot("cbt-2", "cbt", "monoceph-rbd")
+	m.unmount()
+
+	kubeconfig := e.cp.Kubeconfig(e.t, e.cp.Token(e.t, "backup", "backup"))
+	out := e.shell(fmt.Sprintf("monoceph changed-blocks --kubeconfig %s --service-account backup/backup -o json --base-snapshot cbt-1 %s/cbt-2", kubeconfig, userNS))
+	var got struct {
+		Type     string   `json:"blockMetadataType"`
+		Capacity int64    `json:"volumeCapacityBytes"`
+		Extents  []extent `json:"extents"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		e.t.Fatalf("changed-blocks output: %v\n%s", err, out)
+	}
+
+	h1, err := volid.ParseRBDSnapshot(e.snapshotHandle(s1))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	h2, err := volid.ParseRBDSnapshot(e.snapshotHandle(s2))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	image := e.rbdImage(pv)
+	diff, err := e.cephCmd("rbd", "diff", "--format", "json", "--from-snap", rbd.SnapshotName(h1.SnapUID), image+"@"+rbd.SnapshotName(h2.SnapUID))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var want []extent
+	if err := json.Unmarshal([]byte(diff), &want); err != nil {
+		e.t.Fatal(err)
+	}
+	var changed int64
+	for _, x := range got.Extents {
+		changed += x.Length
+	}
+	e.t.Logf("changed blocks: %d extents, %d bytes, type %s, capacity %d", len(got.Extents), changed, got.Type, got.Capacity)
+	if got.Capacity != 64<<20 || changed < 2<<20 {
+		e.t.Errorf("capacity %d, %d bytes changed; want 64 MiB and at least the 2 MiB written", got.Capacity, changed)
+	}
+	if g, w := coalesce(got.Extents), coalesce(want); fmt.Sprint(g) != fmt.Sprint(w) {
+		e.t.Errorf("changed blocks differ from rbd diff:\n got %v\nwant %v", g, w)
+	}
+	e.deleteSnapshot(s2)
+	e.deleteSnapshot(s1)
+	e.deletePVC("cbt", pv)
+}
+
+type extent struct {
+	Offset int64 `json:"offset"`
+	Length int64 `json:"length"`
+}
+
+// coalesce merges adjacent extents, so two correct listings compare equal however they were
+// split into messages.
+func coalesce(xs []extent) []extent {
+	var out []extent
+	for _, x := range xs {
+		if n := len(out); n > 0 && out[n-1].Offset+out[n-1].Length == x.Offset {
+			out[n-1].Length += x.Length
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+var networkFences = schema.GroupVersionResource{Group: "csiaddons.openshift.io", Version: "v1alpha1", Resource: "networkfences"}
+var csiAddonsNodes = schema.GroupVersionResource{Group: "csiaddons.openshift.io", Version: "v1alpha1", Resource: "csiaddonsnodes"}
+
+// stepFence creates a NetworkFence: the csi-addons controller finds the chart's csi-addons
+// sidecar through its CSIAddonsNode and lease, the sidecar calls monoceph's FenceController.
+func (e *env) stepFence() {
+	ctx := context.Background()
+	e.waitFor(60*time.Second, "a connected CSIAddonsNode for "+rbdDriver, func() (bool, string) {
+		list, err := e.dyn.Resource(csiAddonsNodes).Namespace(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, n := range list.Items {
+			state, _, _ := unstructured.NestedString(n.Object, "status", "state")
+			driver, _, _ := unstructured.NestedString(n.Object, "spec", "driver", "name")
+			if driver == rbdDriver && state == "Connected" {
+				return true, ""
+			}
+			msg, _, _ := unstructured.NestedString(n.Object, "status", "message")
+			seen = append(seen, fmt.Sprintf("%s: %s %s", n.GetName(), state, msg))
+		}
+		return false, fmt.Sprint(seen)
+	})
+	const cidr = "198.51.100.16/28"
+	nf := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "NetworkFence",
+		"metadata": map[string]any{"name": "e2e-fence"},
+		"spec": map[string]any{
+			"driver": rbdDriver, "fenceState": "Fenced", "cidrs": []any{cidr},
+			"secret":     map[string]any{"name": release + "-ceph-user", "namespace": namespace},
+			"parameters": map[string]any{"clusterID": e.ceph.ID},
+		},
+	}}
+	if _, err := e.dyn.Resource(networkFences).Create(ctx, nf, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFence("fencing operation successful")
+	// Ceph lists a range as <network>:0/<prefix>
+	entry := "198.51.100.16:0/28"
+	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || !strings.Contains(out, entry) {
+		e.t.Fatalf("blocklist after the fence lacks %s: %s %v", entry, out, err)
+	}
+	// deleting a NetworkFence does not unfence (csi-addons v0.14.0 only drops its finalizer):
+	// unfencing is fenceState Unfenced
+	cur, err := e.dyn.Resource(networkFences).Get(ctx, "e2e-fence", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(cur.Object, "Unfenced", "spec", "fenceState"); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.dyn.Resource(networkFences).Update(ctx, cur, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFence("unfencing operation successful")
+	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || strings.Contains(out, entry) {
+		e.t.Fatalf("blocklist after the unfence still has %s: %s %v", entry, out, err)
+	}
+	if err := e.dyn.Resource(networkFences).Delete(ctx, "e2e-fence", metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFor(30*time.Second, "NetworkFence deleted", func() (bool, string) {
+		_, err := e.dyn.Resource(networkFences).Get(ctx, "e2e-fence", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+func (e *env) waitFence(message string) {
+	e.t.Helper()
+	e.waitFor(90*time.Second, "NetworkFence: "+message, func() (bool, string) {
+		nf, err := e.dyn.Resource(networkFences).Get(context.Background(), "e2e-fence", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		result, _, _ := unstructured.NestedString(nf.Object, "status", "result")
+		msg, _, _ := unstructured.NestedString(nf.Object, "status", "message")
+		return result == "Succeeded" && msg == message, fmt.Sprintf("result %q message %q", result, msg)
+	})
+}
+
+func (e *env) stepUninstall() {
+	e.shell(e.readmeBlock("helm-uninstall"))
+	e.waitFor(60*time.Second, "the release's objects deleted", func() (bool, string) {
+		left := e.missing(installed, true)
+		return len(left) == 0, fmt.Sprint(left)
+	})
+}

@@ -1,0 +1,174 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/yaml"
+
+	"github.com/monoceph/monoceph/internal/kubetest"
+)
+
+// localValues adapts the README's install to pods that run as local processes on one
+// network namespace: one controller replica each, a port of its own for every listener, FUSE
+// mounters (this kernel has no rbd or ceph module), and the changed block service reached at
+// 127.0.0.1 with that address in its generated certificate.
+func (e *env) localValues() string {
+	p := e.ports
+	v := fmt.Sprintf(`controller:
+  replicas: 1
+rbd:
+  controllerMetricsPort: %d
+  nodeMetricsPort: %d
+  csiAddons: {port: %d}
+  storageClass: {mounter: fuse}
+  snapshotMetadata:
+    port: %d
+    address: 127.0.0.1:%d
+    tls: {extraIPAddresses: [127.0.0.1]}
+cephfs:
+  controllerMetricsPort: %d
+  nodeMetricsPort: %d
+  csiAddons: {port: %d}
+  storageClass: {mounter: fuse}
+`, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
+		p["fsControllerMetrics"], p["fsNodeMetrics"], p["fsCSIAddons"])
+	f := filepath.Join(e.t.TempDir(), "local-processes.yaml")
+	if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	return f
+}
+
+// helmInstall runs the README's install commands with the local values appended.
+func (e *env) helmInstall() {
+	e.t.Helper()
+	script := strings.TrimRight(e.readmeBlock("helm-install"), "\n") + " -f " + e.localValues() + "\n"
+	out := e.shell(script, "CEPH_MONITORS="+e.ceph.Monitors, "CEPH_ADMIN_KEY="+e.ceph.Admin.Key())
+	e.t.Logf("helm install:\n%s", out)
+}
+
+// releaseObjects lists the objects of the release's manifest.
+func (e *env) releaseObjects() []*unstructured.Unstructured {
+	e.t.Helper()
+	manifest := e.shell(fmt.Sprintf("helm get manifest %s --namespace %s", release, namespace))
+	var objs []*unstructured.Unstructured
+	for _, doc := range strings.Split(manifest, "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			e.t.Fatalf("manifest: %v", err)
+		}
+		if len(m) == 0 {
+			continue
+		}
+		objs = append(objs, &unstructured.Unstructured{Object: m})
+	}
+	return objs
+}
+
+// missing returns the objects of objs the API server does not have (or, with gone, has).
+func (e *env) missing(objs []*unstructured.Unstructured, gone bool) []string {
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.kc.Discovery()))
+	var out []string
+	for _, o := range objs {
+		gvk := o.GroupVersionKind()
+		m, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
+		if err != nil {
+			e.t.Fatalf("%s: %v", gvk, err)
+		}
+		ri := e.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+		if o.GetNamespace() == "" && m.Scope.Name() == "namespace" {
+			ri = e.dyn.Resource(m.Resource).Namespace(namespace)
+		}
+		_, err = ri.Get(context.Background(), o.GetName(), metav1.GetOptions{})
+		switch {
+		case err == nil && gone, apierrors.IsNotFound(err) && !gone:
+			out = append(out, gvk.Kind+"/"+o.GetName())
+		case err != nil && !apierrors.IsNotFound(err):
+			e.t.Fatalf("get %s/%s: %v", gvk.Kind, o.GetName(), err)
+		}
+	}
+	return out
+}
+
+// startPods waits for the pods the chart's Deployments and DaemonSets produce and runs them.
+func (e *env) startPods() {
+	e.t.Helper()
+	ctx := context.Background()
+	want := []string{"rbd-controller", "rbd-node", "cephfs-controller", "cephfs-node"}
+	pods := map[string]corev1.Pod{}
+	e.waitFor(60*time.Second, "one pod per chart component", func() (bool, string) {
+		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range list.Items {
+			pods[p.Labels["app.kubernetes.io/component"]] = p
+		}
+		return len(pods) == len(want), fmt.Sprintf("%d pods: %v", len(list.Items), keys(pods))
+	})
+	for _, c := range want {
+		p := pods[c]
+		e.runner.run(ctx, &p)
+	}
+	// the sockets appear once the drivers serve
+	for _, c := range want {
+		p := pods[c]
+		var sock string
+		if strings.HasSuffix(c, "-node") {
+			driver := map[string]string{"rbd-node": rbdDriver, "cephfs-node": fsDriver}[c]
+			sock = filepath.Join(e.runner.root, "host", "var/lib/kubelet/plugins", driver, "csi.sock")
+		} else {
+			sock = filepath.Join(e.runner.root, "pods", p.Name, "volumes", "socket-dir", "csi.sock")
+		}
+		e.waitFor(30*time.Second, c+" socket", func() (bool, string) {
+			_, err := os.Stat(sock)
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// installCluster brings up what a cluster administrator provides before the chart: the CRDs,
+// the snapshot-controller, the csi-addons controller, and a node.
+func (e *env) installCluster() {
+	e.t.Helper()
+	csiAddons := kubetest.ModuleDir(e.t, filepath.Join(e.repo, "scripts/tools/csi-addons"), "github.com/csi-addons/kubernetes-csi-addons")
+	e.cp.ApplyCRDs(e.t, append(kubetest.SnapshotCRDs(e.t), filepath.Join(csiAddons, "deploy/controller/crds.yaml"))...)
+	e.createNode()
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
+		"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": fmt.Sprint(e.cp.Port)}
+	e.runner.start("snapshot-controller", filepath.Join(e.bin, "snapshot-controller"),
+		[]string{"--kubeconfig=" + e.adminKC, "--leader-election=false", "--v=2"}, env, "")
+	// the csi-addons manager authenticates to sidecars with the token at the in-cluster path
+	// (even with a kubeconfig), so it runs like a pod, here with the admin identity
+	saDir := filepath.Join(e.runner.root, "csi-addons-manager")
+	if err := os.MkdirAll(saDir, 0o750); err != nil {
+		e.t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"token": []byte(e.cp.AdminToken), "ca.crt": e.cp.CA.CertPEM, "namespace": []byte("csi-addons-system")} {
+		if err := os.WriteFile(filepath.Join(saDir, name), b, 0o600); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.runner.start("csi-addons-manager", filepath.Join(e.bin, "csi-addons-manager"),
+		[]string{"--health-probe-bind-address=0", "--metrics-bind-address=0", "--namespace=csi-addons-system"}, env, saDir)
+}

@@ -1,0 +1,137 @@
+package kube
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// mounted is a volume staged and published the way the kubelet does it.
+type mounted struct {
+	e       *env
+	node    csi.NodeClient
+	pv      *corev1.PersistentVolume
+	staging string
+	target  string // what the pod sees
+}
+
+// mountPV plays the kubelet for one pod using pv: NodeStageVolume at the kubelet's global
+// mount path with the node-stage secret the PV names, then NodePublishVolume at a pod's
+// volume path, over the node plugin's socket.
+func (e *env) mountPV(pv *corev1.PersistentVolume, readOnly bool) *mounted {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src := pv.Spec.CSI
+	kubelet := filepath.Join(e.runner.root, "host", "var/lib/kubelet")
+	conn, err := grpc.NewClient("unix://"+filepath.Join(kubelet, "plugins", src.Driver, "csi.sock"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	m := &mounted{e: e, node: csi.NewNodeClient(conn), pv: pv,
+		staging: filepath.Join(kubelet, "plugins/kubernetes.io/csi", src.Driver, fmt.Sprintf("%x", sha256.Sum256([]byte(src.VolumeHandle))), "globalmount"),
+		target:  filepath.Join(kubelet, "pods", "pod-"+pv.Name, "volumes/kubernetes.io~csi", pv.Name, "mount"),
+	}
+	for _, d := range []string{m.staging, filepath.Dir(m.target)} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	secrets := map[string]string{}
+	if ref := src.NodeStageSecretRef; ref != nil {
+		s, err := e.kc.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatalf("node-stage secret: %v", err)
+		}
+		for k, v := range s.Data {
+			secrets[k] = string(v)
+		}
+	}
+	mode := csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER
+	if len(pv.Spec.AccessModes) > 0 {
+		mode = map[corev1.PersistentVolumeAccessMode]csi.VolumeCapability_AccessMode_Mode{
+			corev1.ReadWriteOnce: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+			corev1.ReadOnlyMany:  csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+			corev1.ReadWriteMany: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
+		}[pv.Spec.AccessModes[0]]
+	}
+	vc := &csi.VolumeCapability{
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: pv.Spec.MountOptions}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+	}
+	if _, err := m.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: src.VolumeHandle, StagingTargetPath: m.staging,
+		VolumeCapability: vc, Secrets: secrets, VolumeContext: src.VolumeAttributes}); err != nil {
+		e.t.Fatalf("NodeStageVolume %s: %v", pv.Name, err)
+	}
+	e.t.Cleanup(m.unmount)
+	if _, err := m.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: src.VolumeHandle, StagingTargetPath: m.staging,
+		TargetPath: m.target, VolumeCapability: vc, Readonly: readOnly, VolumeContext: src.VolumeAttributes}); err != nil {
+		e.t.Fatalf("NodePublishVolume %s: %v", pv.Name, err)
+	}
+	return m
+}
+
+// unmount unpublishes and unstages; both are idempotent, so calling it twice is fine.
+func (m *mounted) unmount() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id := m.pv.Spec.CSI.VolumeHandle
+	if _, err := m.node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: id, TargetPath: m.target}); err != nil {
+		m.e.t.Errorf("NodeUnpublishVolume %s: %v", m.pv.Name, err)
+	}
+	if _, err := m.node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: m.staging}); err != nil {
+		m.e.t.Errorf("NodeUnstageVolume %s: %v", m.pv.Name, err)
+	}
+}
+
+// write writes a file in the volume and makes it durable, so a snapshot taken next has it.
+func (m *mounted) write(name string, data []byte) {
+	m.e.t.Helper()
+	f, err := os.Create(filepath.Join(m.target, name))
+	if err != nil {
+		m.e.t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		m.e.t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		m.e.t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		m.e.t.Fatal(err)
+	}
+	// the filesystem's own metadata too (ext4 on a loop device over rbd-fuse)
+	if err := syncfs(m.target); err != nil {
+		m.e.t.Fatal(err)
+	}
+}
+
+func (m *mounted) read(name string) string {
+	m.e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(m.target, name))
+	if err != nil {
+		m.e.t.Fatal(err)
+	}
+	return string(b)
+}
+
+func syncfs(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}

@@ -1,0 +1,343 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/kubetest"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// podRunner stands in for the scheduler and the kubelet of a one-node cluster: it binds pods
+// the controllers created from the chart to the node, and runs their containers as local
+// processes with the pods' real arguments, environment and service account. Container images
+// map to binaries built by make; volume mount paths in arguments map to local directories.
+// Processes get the pod's service account the way a pod does (in-cluster configuration: the
+// token files at the well-known path, in a private mount namespace), so the chart's RBAC is
+// what they run with.
+type podRunner struct {
+	t      *testing.T
+	cp     *kubetest.ControlPlane
+	kc     kubernetes.Interface
+	node   string
+	root   string            // stands for the host's filesystem for hostPath volumes
+	images map[string]string // image name (last path element, no tag) → binary
+	skip   map[string]string // image name → why it cannot run here
+
+	mu    sync.Mutex
+	procs []*process
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error // valid once done is closed
+}
+
+// hostPaths are shared with the real host: device nodes, sysfs and kernel modules.
+var hostPaths = map[string]bool{"/dev": true, "/sys": true, "/lib/modules": true}
+
+// run binds pod to the node, marks it running at 127.0.0.1 and starts its containers.
+func (r *podRunner) run(ctx context.Context, pod *corev1.Pod) {
+	t := r.t
+	t.Helper()
+	if pod.Spec.NodeName == "" {
+		err := r.kc.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
+			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: r.node},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("bind pod %s: %v", pod.Name, err)
+		}
+	}
+	var err error
+	if pod, err = r.kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.HostIP, pod.Status.PodIP = "127.0.0.1", "127.0.0.1"
+	pod.Status.HostIPs, pod.Status.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: "127.0.0.1"}}
+	pod.Status.StartTime = &now
+	if pod, err = r.kc.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("pod %s status: %v", pod.Name, err)
+	}
+
+	podDir := filepath.Join(r.root, "pods", pod.Name)
+	volumes := map[string]string{}
+	for _, v := range pod.Spec.Volumes {
+		volumes[v.Name] = r.volume(ctx, pod, podDir, v)
+	}
+	saDir := r.serviceAccount(ctx, pod, podDir)
+	for _, c := range pod.Spec.Containers {
+		image := imageName(c.Image)
+		if why, ok := r.skip[image]; ok {
+			t.Logf("pod %s: container %s not run: %s", pod.Name, c.Name, why)
+			continue
+		}
+		bin, ok := r.images[image]
+		if !ok {
+			t.Fatalf("pod %s: container %s: no local binary for image %s", pod.Name, c.Name, c.Image)
+		}
+		env := r.env(pod, c)
+		args := make([]string, len(c.Args))
+		for i, a := range c.Args {
+			args[i] = rewritePaths(expand(a, env), c.VolumeMounts, volumes)
+		}
+		r.start(fmt.Sprintf("%s/%s", pod.Name, c.Name), bin, args, env, saDir)
+	}
+}
+
+// volume prepares a local directory for one pod volume.
+func (r *podRunner) volume(ctx context.Context, pod *corev1.Pod, podDir string, v corev1.Volume) string {
+	t := r.t
+	dir := filepath.Join(podDir, "volumes", v.Name)
+	files := map[string][]byte{}
+	switch {
+	case v.EmptyDir != nil:
+	case v.HostPath != nil:
+		if hostPaths[v.HostPath.Path] {
+			return v.HostPath.Path
+		}
+		dir = filepath.Join(r.root, "host", v.HostPath.Path)
+	case v.ConfigMap != nil:
+		cm, err := r.kc.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s volume %s: %v", pod.Name, v.Name, err)
+		}
+		for k, s := range cm.Data {
+			files[k] = []byte(s)
+		}
+	case v.Secret != nil:
+		s, err := r.kc.CoreV1().Secrets(pod.Namespace).Get(ctx, v.Secret.SecretName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s volume %s: %v", pod.Name, v.Name, err)
+		}
+		files = s.Data
+	default:
+		t.Fatalf("pod %s volume %s: unsupported volume type", pod.Name, v.Name)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for k, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, k), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// serviceAccount writes the token, CA and namespace files a pod's containers find at
+// /var/run/secrets/kubernetes.io/serviceaccount, or returns "" when the pod opts out.
+func (r *podRunner) serviceAccount(ctx context.Context, pod *corev1.Pod, podDir string) string {
+	if a := pod.Spec.AutomountServiceAccountToken; a != nil && !*a {
+		return ""
+	}
+	sa, err := r.kc.CoreV1().ServiceAccounts(pod.Namespace).Get(ctx, pod.Spec.ServiceAccountName, metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatalf("pod %s: service account: %v", pod.Name, err)
+	}
+	if a := sa.AutomountServiceAccountToken; a != nil && !*a {
+		return ""
+	}
+	dir := filepath.Join(podDir, "serviceaccount")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		r.t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"token":     []byte(r.cp.Token(r.t, pod.Namespace, pod.Spec.ServiceAccountName)),
+		"ca.crt":    r.cp.CA.CertPEM,
+		"namespace": []byte(pod.Namespace),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// env resolves a container's environment the way the kubelet does for the fields the chart
+// uses, plus the variables in-cluster clients look for.
+func (r *podRunner) env(pod *corev1.Pod, c corev1.Container) map[string]string {
+	env := map[string]string{
+		"PATH":                    os.Getenv("PATH"),
+		"HOME":                    os.Getenv("HOME"),
+		"KUBERNETES_SERVICE_HOST": "127.0.0.1",
+		"KUBERNETES_SERVICE_PORT": fmt.Sprint(r.cp.Port),
+	}
+	for _, e := range c.Env {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = expand(e.Value, env)
+		case e.ValueFrom.FieldRef != nil:
+			v, ok := map[string]string{
+				"metadata.name": pod.Name, "metadata.namespace": pod.Namespace, "metadata.uid": string(pod.UID),
+				"spec.nodeName": pod.Spec.NodeName, "spec.serviceAccountName": pod.Spec.ServiceAccountName,
+				"status.podIP": pod.Status.PodIP, "status.hostIP": pod.Status.HostIP,
+			}[e.ValueFrom.FieldRef.FieldPath]
+			if !ok {
+				r.t.Fatalf("pod %s container %s: env %s: unsupported fieldRef %s", pod.Name, c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+			}
+			env[e.Name] = v
+		default:
+			r.t.Fatalf("pod %s container %s: env %s: unsupported source", pod.Name, c.Name, e.Name)
+		}
+	}
+	return env
+}
+
+// start runs one container's binary; with saDir it runs in a private mount namespace where
+// saDir is bind-mounted at the in-cluster service account path.
+func (r *podRunner) start(name, bin string, args []string, env map[string]string, saDir string) {
+	t := r.t
+	logPath := filepath.Join(r.root, "logs", strings.ReplaceAll(name, "/", "_")+".log")
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{bin}, args...)
+	if saDir != "" {
+		const saPath = "/run/secrets/kubernetes.io/serviceaccount"
+		if err := os.MkdirAll(saPath, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		argv = append([]string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+			`mount --bind "$0" ` + saPath + ` && exec "$@"`, saDir}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logf.Close()
+		close(p.done)
+	}()
+	r.mu.Lock()
+	r.procs = append(r.procs, p)
+	r.mu.Unlock()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-p.done
+		}
+	})
+}
+
+// check fails the test when a container exited, with its log.
+func (r *podRunner) check() {
+	r.t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		select {
+		case <-p.done:
+			r.t.Fatalf("container %s exited (%v); log tail:\n%s", p.name, p.err, tailFile(p.log, 4000))
+		default:
+		}
+	}
+}
+
+// dumpLogs prints the tail of every container log (on failure).
+func (r *podRunner) dumpLogs() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.procs {
+		r.t.Logf("=== %s log (tail) ===\n%s", p.name, tailFile(p.log, 3000))
+	}
+}
+
+func tailFile(p string, n int) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// imageName is the last path element of an image reference without tag or digest.
+func imageName(ref string) string {
+	ref = path.Base(ref)
+	if i := strings.IndexAny(ref, ":@"); i >= 0 {
+		ref = ref[:i]
+	}
+	return ref
+}
+
+// expand replaces $(VAR) with defined variables as the kubelet does; $$ escapes a $.
+func expand(s string, env map[string]string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case strings.HasPrefix(s[i:], "$$"):
+			b.WriteByte('$')
+			i++
+		case strings.HasPrefix(s[i:], "$("):
+			if end := strings.IndexByte(s[i:], ')'); end > 0 {
+				if v, ok := env[s[i+2:i+end]]; ok {
+					b.WriteString(v)
+					i += end
+					continue
+				}
+			}
+			b.WriteByte(s[i])
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// rewritePaths maps container paths under a volume mount to the volume's local directory;
+// the longest mount path wins.
+func rewritePaths(arg string, mounts []corev1.VolumeMount, volumes map[string]string) string {
+	sorted := append([]corev1.VolumeMount(nil), mounts...)
+	sort.Slice(sorted, func(i, j int) bool { return len(sorted[i].MountPath) > len(sorted[j].MountPath) })
+	for _, m := range sorted {
+		local := volumes[m.Name]
+		if local == "" || local == m.MountPath {
+			continue
+		}
+		for i := strings.Index(arg, m.MountPath); i >= 0; {
+			end := i + len(m.MountPath)
+			if end == len(arg) || arg[end] == '/' {
+				return arg[:i] + local + arg[end:]
+			}
+			next := strings.Index(arg[end:], m.MountPath)
+			if next < 0 {
+				break
+			}
+			i = end + next
+		}
+	}
+	return arg
+}
