@@ -37,7 +37,7 @@ test: build $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-cont
 	@$(CEPH_ENV) && export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BIN)/csi-addons \
 	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \
-	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -v /e2e/sanity/) && \
+	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)') && \
 	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER)
 
 # Unit tests only: integration tests skip themselves without a cluster.
