@@ -21,9 +21,10 @@ ARG VERSION=devel
 RUN make build CEPH_RELEASE=squid VERSION=${VERSION}
 
 FROM ${CEPH_IMAGE}
-# ceph-common, ceph-fuse and rbd-nbd come with the Ceph image; the node plugin also formats and
-# mounts filesystems and sets up loop devices.
-RUN dnf install -y --setopt=install_weak_deps=False ceph-common ceph-fuse rbd-nbd \
+# ceph-common, ceph-fuse and rbd-nbd come with the Ceph image, rbd-fuse does not (the RBD
+# `fuse` mounter needs it); the node plugin also formats and mounts filesystems and sets up
+# loop devices.
+RUN dnf install -y --setopt=install_weak_deps=False ceph-common ceph-fuse rbd-nbd rbd-fuse \
       e2fsprogs xfsprogs util-linux && dnf clean all
 COPY --from=build /src/bin/monoceph /usr/local/bin/monoceph
 ENTRYPOINT ["/usr/local/bin/monoceph"]

@@ -56,7 +56,7 @@ func sets(values ...string) []string {
 }
 
 func TestChartLint(t *testing.T) {
-	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "cephfs.csiAddons.enabled=true"}} {
+	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "rbd.csiAddons.enabled=true", "cephfs.csiAddons.enabled=true"}} {
 		args := append([]string{"lint", "--strict", "charts/monoceph"}, sets(append(append([]string{}, minimal...), extra...)...)...)
 		if out, err := helmCmd(t, args...); err != nil {
 			t.Errorf("helm %v: %v\n%s", args, err, out)
@@ -70,20 +70,26 @@ func TestChartRejectsBadValues(t *testing.T) {
 	for _, c := range []struct {
 		name, set, wantErr string
 	}{
-		{"no monitors", "cluster.monitors=null", "monitors"},
-		{"cluster ID with a slash", "cluster.id=a/b", "/cluster/id"},
-		{"cluster ID too long", "cluster.id=" + strings.Repeat("x", 37), "/cluster/id"},
-		{"misspelt key", "rbd.storageclass.create=true", "storageclass"},
-		{"duration without unit", "controller.cephOpTimeout=30", "cephOpTimeout"},
-		{"port out of range", "rbd.controllerMetricsPort=70000", "controllerMetricsPort"},
-		{"unknown mounter", "rbd.storageClass.mounter=nbd", "mounter"},
-		{"storage class without pool", "rbd.storageClass.create=true", "pool"},
-		{"CephFS storage class without filesystem", "cephfs.storageClass.create=true", "fsName"},
-		{"key that is not base64", "cephUser.key=not a key", "key"},
-		{"no Ceph key and no existing secret", "cephUser.key=", "cephUser"},
-		{"block type", "rbd.snapshotMetadata.blockType=blocks", "blockType"},
-		{"zero replicas", "controller.replicas=0", "replicas"},
-		{"RADOS namespace too long", "cluster.rbd.radosNamespace=" + strings.Repeat("n", 33), "radosNamespace"},
+		{"no monitors", "cluster.monitors=null", "missing property 'monitors'"},
+		{"cluster ID with a slash", "cluster.id=a/b", "at '/cluster/id'"},
+		{"cluster ID too long", "cluster.id=" + strings.Repeat("x", 37), "at '/cluster/id'"},
+		{"misspelt key", "rbd.storageclass.create=true", "'storageclass' not allowed"},
+		{"duration without unit", "controller.cephOpTimeout=30", "at '/controller/cephOpTimeout'"},
+		{"port out of range", "rbd.controllerMetricsPort=70000", "at '/rbd/controllerMetricsPort'"},
+		{"unknown mounter", "rbd.storageClass.mounter=nbd", "at '/rbd/storageClass/mounter'"},
+		{"storage class without pool", "rbd.storageClass.create=true", "at '/rbd/storageClass/pool'"},
+		{"CephFS storage class without filesystem", "cephfs.storageClass.create=true", "at '/cephfs/storageClass/fsName'"},
+		{"key that is not base64", "cephUser.key=not a key", "at '/cephUser/key'"},
+		{"no Ceph key and no existing secret", "cephUser.key=", "at '/cephUser'"},
+		{"block type", "rbd.snapshotMetadata.blockType=blocks", "at '/rbd/snapshotMetadata/blockType'"},
+		{"zero replicas", "controller.replicas=0", "at '/controller/replicas'"},
+		{"RADOS namespace too long", "cluster.rbd.radosNamespace=" + strings.Repeat("n", 33), "at '/cluster/rbd/radosNamespace'"},
+		{"state directory too long for FUSE sockets", "node.stateDir=/" + strings.Repeat("d", 40), "at '/node/stateDir'"},
+		{"pod label replacing a selector label", `controller.podLabels.app\.kubernetes\.io/component=x`, "invalid propertyName 'app.kubernetes.io/component'"},
+		{"two active replicas without leader election", "controller.leaderElection.enabled=false", "controller.replicas > 1 needs controller.leaderElection.enabled"},
+		{"no driver", "rbd.enabled=false,cephfs.enabled=false", "nothing to install"},
+		{"two node plugins on one host port", "cephfs.nodeMetricsPort=9080", "cephfs.nodeMetricsPort: port 9080 is also rbd.nodeMetricsPort"},
+		{"existing TLS Secret without its CA (no cluster to read it from)", "rbd.snapshotMetadata.enabled=true,rbd.snapshotMetadata.tls.existingSecret=x", "set caCert"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"template", "x", "charts/monoceph"}, sets(append(append([]string{}, minimal...), c.set)...)...)
@@ -122,11 +128,11 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 		{"minimal", nil},
 		{"everything", []string{"rbd.storageClass.create=true", "rbd.storageClass.pool=rbd", "rbd.snapshotClass.create=true",
 			"rbd.snapshotMetadata.enabled=true", "cephfs.storageClass.create=true", "cephfs.storageClass.fsName=fs",
-			"cephfs.snapshotClass.create=true", "cephfs.csiAddons.enabled=true", "rbd.storageClass.isDefault=true",
+			"cephfs.snapshotClass.create=true", "cephfs.csiAddons.enabled=true", "rbd.csiAddons.enabled=true", "rbd.storageClass.isDefault=true",
 			"controller.hostNetwork=true", "cluster.cephFS.subvolumeGroup=k8s", "rbd.storageClass.mountOptions={discard}",
 			"controller.resources.requests.cpu=100m", "node.nodeSelector.storage=yes"}},
 		{"rbd only, existing secrets", []string{"rbd.enabled=true", "cephfs.enabled=false", "cephUser.existingSecret=ceph-user",
-			"cephUser.key=", "rbd.snapshotMetadata.enabled=true", "rbd.snapshotMetadata.tls.existingSecret=cbt-tls", "controller.leaderElection.enabled=false"}},
+			"cephUser.key=", "rbd.snapshotMetadata.enabled=true", "rbd.snapshotMetadata.tls.existingSecret=cbt-tls", "controller.leaderElection.enabled=false", "controller.replicas=1"}},
 		{"cephfs only", []string{"rbd.enabled=false", "cephfs.storageClass.create=true", "cephfs.storageClass.fsName=fs",
 			"cephfs.storageClass.backingSnapshot=false"}},
 	} {

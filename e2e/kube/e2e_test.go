@@ -8,6 +8,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -45,7 +46,8 @@ func TestHelmChartEndToEnd(t *testing.T) {
 		{"changed blocks between two VolumeSnapshots", (*env).stepChangedBlocks},
 		{"CephFS volume, shallow read-only restore, expansion and node path", (*env).stepCephFS},
 		{"NetworkFence fences and unfences", (*env).stepFence},
-		{"helm uninstall removes every object", (*env).stepUninstall},
+		{"no component was refused by RBAC", (*env).stepNoDenials},
+		{"helm uninstall removes every object but the kept Secrets", (*env).stepUninstall},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -72,7 +74,7 @@ func (e *env) stepInstall() {
 	}
 	e.t.Logf("release objects: %v", kinds)
 	for kind, n := range map[string]int{"Deployment": 2, "DaemonSet": 2, "CSIDriver": 2, "ConfigMap": 1, "StorageClass": 2,
-		"VolumeSnapshotClass": 2, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 2} {
+		"VolumeSnapshotClass": 2, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 3} {
 		if kinds[kind] != n {
 			e.t.Errorf("release has %d %s objects, want %d", kinds[kind], kind, n)
 		}
@@ -80,7 +82,34 @@ func (e *env) stepInstall() {
 	if m := e.missing(installed, false); len(m) > 0 {
 		e.t.Fatalf("objects of the release missing from the API server: %v", m)
 	}
+	// an upgrade keeps the generated CA and certificate: backup applications trust that CA
+	before := e.tlsSecret()
+	e.shell(fmt.Sprintf("helm upgrade %s charts/monoceph --namespace %s --reuse-values", release, namespace))
+	if after := e.tlsSecret(); !bytes.Equal(before["ca.crt"], after["ca.crt"]) {
+		e.t.Error("helm upgrade replaced the changed block service's CA")
+	}
 	e.startPods()
+}
+
+// tlsSecret is the data of the changed block service's TLS Secret; it checks the
+// SnapshotMetadataService publishes the same CA.
+func (e *env) tlsSecret() map[string][]byte {
+	e.t.Helper()
+	ctx := context.Background()
+	s, err := e.kc.CoreV1().Secrets(namespace).Get(ctx, release+"-rbd-snapshot-metadata-tls", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sms, err := e.dyn.Resource(schema.GroupVersionResource{Group: "cbt.storage.k8s.io", Version: "v1beta1", Resource: "snapshotmetadataservices"}).
+		Get(ctx, rbdDriver, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ca, _, _ := unstructured.NestedString(sms.Object, "spec", "caCert")
+	if ca != base64.StdEncoding.EncodeToString(s.Data["ca.crt"]) || len(s.Data["ca.crt"]) == 0 {
+		e.t.Errorf("SnapshotMetadataService caCert does not match the TLS Secret's ca.crt")
+	}
+	return s.Data
 }
 
 func (e *env) stepRBD() {
@@ -111,8 +140,8 @@ func (e *env) stepRBD() {
 	e.deleteSnapshot(vs)
 	e.deletePVC("rbd-data", pv)
 	for _, img := range []string{image, e.rbdImage(restoredPV)} {
-		if _, err := e.rbdSize(img); err == nil {
-			e.t.Errorf("image %s still exists after its PVC was deleted", img)
+		if _, err := e.rbdSize(img); err == nil || !strings.Contains(err.Error(), "No such file or directory") {
+			e.t.Errorf("image %s after its PVC was deleted: %v, want it gone", img, err)
 		}
 	}
 }
@@ -141,7 +170,6 @@ func (e *env) stepCephFS() {
 	if !errors.Is(err, syscall.EROFS) {
 		e.t.Errorf("writing to the shallow volume: %v, want EROFS", err)
 	}
-	shallow.unmount()
 
 	pv = e.expand("fs-data", "128Mi")
 	if q, err := e.subvolumeQuota(group, name); err != nil || q != 128<<20 {
@@ -149,9 +177,20 @@ func (e *env) stepCephFS() {
 	}
 	m.unmount()
 
-	// the snapshot goes first while the shallow volume still uses it: the volume keeps working
+	// the VolumeSnapshot goes first while the shallow volume still uses it: the volume keeps
+	// reading, and the Ceph snapshot stays until the shallow volume is deleted too
 	e.deleteSnapshot(vs)
+	if got := shallow.read("greeting"); got != "written before the snapshot" {
+		e.t.Errorf("shallow volume after its VolumeSnapshot was deleted reads %q", got)
+	}
+	if n := e.subvolumeSnapshots(group, name); n != 1 {
+		e.t.Errorf("subvolume %s has %d snapshots while a shallow volume uses one, want 1", name, n)
+	}
+	shallow.unmount()
 	e.deletePVC("fs-shallow", shallowPV)
+	if n := e.subvolumeSnapshots(group, name); n != 0 {
+		e.t.Errorf("subvolume %s has %d snapshots after the last user went, want 0", name, n)
+	}
 	e.deletePVC("fs-data", pv)
 	if out, err := e.cephCmd("ceph", "fs", "subvolume", "ls", e.ceph.FSName, "--group_name", group, "--format", "json"); err != nil || strings.Contains(out, name) {
 		e.t.Errorf("subvolume %s still listed after its PVC was deleted: %s %v", name, out, err)
@@ -174,6 +213,17 @@ func (e *env) stepChangedBlocks() {
 	}, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
+	// as NOTES.txt says: the account may request its own token, and nobody else's
+	if _, err := e.kc.RbacV1().Roles("backup").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "backup-token"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}, ResourceNames: []string{"backup"}}}},
+		metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kc.RbacV1().RoleBindings("backup").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "backup-token"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "backup-token"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: "backup"}}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 	pv := e.createPVC(claim{name: "cbt", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce})
 	m := e.mountPV(pv, false)
 	m.write("base", bytes.Repeat([]byte("a"), 1<<20))
@@ -183,7 +233,7 @@ func (e *env) stepChangedBlocks() {
 	m.unmount()
 
 	kubeconfig := e.cp.Kubeconfig(e.t, e.cp.Token(e.t, "backup", "backup"))
-	out := e.shell(fmt.Sprintf("monoceph changed-blocks --kubeconfig %s --service-account backup/backup -o json --base-snapshot cbt-1 %s/cbt-2", kubeconfig, userNS))
+	out := e.shell(fmt.Sprintf("monoceph changed-blocks --timeout 2m --kubeconfig %s --service-account backup/backup -o json --base-snapshot cbt-1 %s/cbt-2", kubeconfig, userNS))
 	var got struct {
 		Type     string   `json:"blockMetadataType"`
 		Capacity int64    `json:"volumeCapacityBytes"`
@@ -270,6 +320,16 @@ func (e *env) stepFence() {
 		return false, fmt.Sprint(seen)
 	})
 	const cidr = "198.51.100.16/28"
+	// Ceph lists a range as <network>:0/<prefix>
+	entry := "198.51.100.16:0/28"
+	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || strings.Contains(out, entry) {
+		e.t.Fatalf("blocklist before the fence: %v; already has %s? %s", err, entry, out)
+	}
+	e.t.Cleanup(func() {
+		if e.t.Failed() { // never leave the range fenced on the shared cluster
+			_, _ = e.cephCmd("ceph", "osd", "blocklist", "range", "rm", cidr)
+		}
+	})
 	nf := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "NetworkFence",
 		"metadata": map[string]any{"name": "e2e-fence"},
@@ -283,8 +343,6 @@ func (e *env) stepFence() {
 		e.t.Fatal(err)
 	}
 	e.waitFence("fencing operation successful")
-	// Ceph lists a range as <network>:0/<prefix>
-	entry := "198.51.100.16:0/28"
 	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || !strings.Contains(out, entry) {
 		e.t.Fatalf("blocklist after the fence lacks %s: %s %v", entry, out, err)
 	}
@@ -326,10 +384,51 @@ func (e *env) waitFence(message string) {
 	})
 }
 
+// stepNoDenials: every component ran with the chart's RBAC; a missing rule often shows only as
+// a retried, logged "forbidden" while the test still passes.
+func (e *env) stepNoDenials() {
+	if d := e.runner.denied(); len(d) > 0 {
+		e.t.Errorf("%d log lines of RBAC denials:\n%s", len(d), strings.Join(d, "\n"))
+	}
+}
+
+// kept are the objects `helm uninstall` leaves on purpose (helm.sh/resource-policy: keep).
+var kept = map[string]bool{"Secret/" + release + "-ceph-user": true, "Secret/" + release + "-rbd-snapshot-metadata-ca": true}
+
 func (e *env) stepUninstall() {
+	ctx := context.Background()
 	e.shell(e.readmeBlock("helm-uninstall"))
+	// the kubelet's part: stop the containers of the pods the controllers delete
+	e.waitFor(60*time.Second, "the chart's pods deleted", func() (bool, string) {
+		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil {
+				e.runner.stopPod(p.Name)
+				zero := int64(0)
+				_ = e.kc.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+			}
+		}
+		return len(list.Items) == 0, fmt.Sprintf("%d pods left", len(list.Items))
+	})
+	var gone, stay []*unstructured.Unstructured
+	for _, o := range installed {
+		if kept[o.GetKind()+"/"+o.GetName()] {
+			stay = append(stay, o)
+		} else {
+			gone = append(gone, o)
+		}
+	}
+	if len(stay) != len(kept) {
+		e.t.Fatalf("the release had %d of the %d objects it keeps", len(stay), len(kept))
+	}
 	e.waitFor(60*time.Second, "the release's objects deleted", func() (bool, string) {
-		left := e.missing(installed, true)
+		left := e.missing(gone, true)
 		return len(left) == 0, fmt.Sprint(left)
 	})
+	if m := e.missing(stay, false); len(m) > 0 {
+		e.t.Errorf("uninstall deleted %v, which it must keep", m)
+	}
 }

@@ -63,6 +63,9 @@ func newEnv(t *testing.T) *env {
 		}
 	}
 	e := &env{t: t, ceph: cephtest.Env(t), bin: bin}
+	if e.ceph.RBDPool != "rbd" || e.ceph.FSName != "myfs" {
+		t.Fatalf("the README's install names pool rbd and filesystem myfs; this cluster has %s and %s", e.ceph.RBDPool, e.ceph.FSName)
+	}
 	repo, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +98,8 @@ func newEnv(t *testing.T) *env {
 			"csi-node-driver-registrar": "it only registers the plugin with the kubelet, and there is none (the test calls the node service itself)",
 		},
 	}
-	// registered after the runner's own cleanups, so it runs before processes are stopped
+	// registered before any process starts, so it runs after they were stopped: logs are
+	// complete, and nothing remounts what is detached here
 	t.Cleanup(func() {
 		if t.Failed() {
 			e.runner.dumpLogs()
@@ -131,7 +135,7 @@ func (e *env) waitFor(timeout time.Duration, what string, cond func() (bool, str
 		if ok {
 			return
 		}
-		e.runner.check()
+		e.runner.check(e.t)
 		if time.Now().After(deadline) {
 			e.t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, detail)
 		}
@@ -143,7 +147,9 @@ func (e *env) waitFor(timeout time.Duration, what string, cond func() (bool, str
 // kubeconfig, the binaries on PATH and the Ceph variables; it returns stdout.
 func (e *env) shell(script string, extraEnv ...string) string {
 	e.t.Helper()
-	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
 	cmd.Dir = e.repo
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.adminKC, "PATH="+e.bin+":"+os.Getenv("PATH"))
 	cmd.Env = append(cmd.Env, extraEnv...)
@@ -157,7 +163,9 @@ func (e *env) shell(script string, extraEnv ...string) string {
 
 // ceph runs a ceph or rbd command against the local cluster and returns stdout.
 func (e *env) cephCmd(args ...string) (string, error) {
-	cmd := exec.Command(args[0], args[1:]...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	err := cmd.Run()
@@ -210,6 +218,16 @@ func unmountBelow(t *testing.T, dir string) {
 	for i := len(points) - 1; i >= 0; i-- {
 		if err := exec.Command("umount", "-l", points[i]).Run(); err != nil {
 			t.Logf("umount %s: %v", points[i], err)
+		}
+	}
+	// loop devices of RBD fuse volumes a failed step left staged
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(string(b), dir+"/") {
+			dev := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f)))
+			if err := exec.Command("losetup", "-d", dev).Run(); err != nil {
+				t.Logf("losetup -d %s: %v", dev, err)
+			}
 		}
 	}
 }

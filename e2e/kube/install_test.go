@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +121,7 @@ func (e *env) startPods() {
 	})
 	for _, c := range want {
 		p := pods[c]
-		e.runner.run(ctx, &p)
+		e.runner.run(e.t, ctx, &p)
 	}
 	// the sockets appear once the drivers serve
 	for _, c := range want {
@@ -136,6 +137,35 @@ func (e *env) startPods() {
 			_, err := os.Stat(sock)
 			return err == nil, fmt.Sprint(err)
 		})
+		e.checkProbes(&p)
+	}
+}
+
+// checkProbes calls every HTTP probe of a pod's containers as the kubelet would, so a wrong
+// path or port in the chart fails here instead of crash-looping in a cluster.
+func (e *env) checkProbes(pod *corev1.Pod) {
+	e.t.Helper()
+	for _, c := range pod.Spec.Containers {
+		for kind, pr := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe, "startup": c.StartupProbe} {
+			if pr == nil || pr.HTTPGet == nil {
+				continue
+			}
+			port := pr.HTTPGet.Port.IntValue()
+			for _, cp := range c.Ports {
+				if cp.Name == pr.HTTPGet.Port.String() {
+					port = int(cp.ContainerPort)
+				}
+			}
+			url := fmt.Sprintf("http://127.0.0.1:%d%s", port, pr.HTTPGet.Path)
+			e.waitFor(30*time.Second, fmt.Sprintf("%s probe of %s/%s (%s)", kind, pod.Name, c.Name, url), func() (bool, string) {
+				resp, err := http.Get(url)
+				if err != nil {
+					return false, err.Error()
+				}
+				resp.Body.Close()
+				return resp.StatusCode == http.StatusOK, resp.Status
+			})
+		}
 	}
 }
 
@@ -156,7 +186,7 @@ func (e *env) installCluster() {
 	e.createNode()
 	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
 		"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": fmt.Sprint(e.cp.Port)}
-	e.runner.start("snapshot-controller", filepath.Join(e.bin, "snapshot-controller"),
+	e.runner.start(e.t, "", "snapshot-controller", filepath.Join(e.bin, "snapshot-controller"),
 		[]string{"--kubeconfig=" + e.adminKC, "--leader-election=false", "--v=2"}, env, "")
 	// the csi-addons manager authenticates to sidecars with the token at the in-cluster path
 	// (even with a kubeconfig), so it runs like a pod, here with the admin identity
@@ -169,6 +199,6 @@ func (e *env) installCluster() {
 			e.t.Fatal(err)
 		}
 	}
-	e.runner.start("csi-addons-manager", filepath.Join(e.bin, "csi-addons-manager"),
+	e.runner.start(e.t, "", "csi-addons-manager", filepath.Join(e.bin, "csi-addons-manager"),
 		[]string{"--health-probe-bind-address=0", "--metrics-bind-address=0", "--namespace=csi-addons-system"}, env, saDir)
 }

@@ -42,6 +42,7 @@ type podRunner struct {
 
 type process struct {
 	name string
+	pod  string // "" for processes that are not a pod's
 	cmd  *exec.Cmd
 	log  string
 	done chan struct{}
@@ -52,8 +53,7 @@ type process struct {
 var hostPaths = map[string]bool{"/dev": true, "/sys": true, "/lib/modules": true}
 
 // run binds pod to the node, marks it running at 127.0.0.1 and starts its containers.
-func (r *podRunner) run(ctx context.Context, pod *corev1.Pod) {
-	t := r.t
+func (r *podRunner) run(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 	t.Helper()
 	if pod.Spec.NodeName == "" {
 		err := r.kc.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
@@ -80,9 +80,9 @@ func (r *podRunner) run(ctx context.Context, pod *corev1.Pod) {
 	podDir := filepath.Join(r.root, "pods", pod.Name)
 	volumes := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
-		volumes[v.Name] = r.volume(ctx, pod, podDir, v)
+		volumes[v.Name] = r.volume(t, ctx, pod, podDir, v)
 	}
-	saDir := r.serviceAccount(ctx, pod, podDir)
+	saDir := r.serviceAccount(t, ctx, pod, podDir)
 	for _, c := range pod.Spec.Containers {
 		image := imageName(c.Image)
 		if why, ok := r.skip[image]; ok {
@@ -93,18 +93,17 @@ func (r *podRunner) run(ctx context.Context, pod *corev1.Pod) {
 		if !ok {
 			t.Fatalf("pod %s: container %s: no local binary for image %s", pod.Name, c.Name, c.Image)
 		}
-		env := r.env(pod, c)
+		env := r.env(t, pod, c)
 		args := make([]string, len(c.Args))
 		for i, a := range c.Args {
 			args[i] = rewritePaths(expand(a, env), c.VolumeMounts, volumes)
 		}
-		r.start(fmt.Sprintf("%s/%s", pod.Name, c.Name), bin, args, env, saDir)
+		r.start(t, pod.Name, fmt.Sprintf("%s/%s", pod.Name, c.Name), bin, args, env, saDir)
 	}
 }
 
 // volume prepares a local directory for one pod volume.
-func (r *podRunner) volume(ctx context.Context, pod *corev1.Pod, podDir string, v corev1.Volume) string {
-	t := r.t
+func (r *podRunner) volume(t *testing.T, ctx context.Context, pod *corev1.Pod, podDir string, v corev1.Volume) string {
 	dir := filepath.Join(podDir, "volumes", v.Name)
 	files := map[string][]byte{}
 	switch {
@@ -144,28 +143,28 @@ func (r *podRunner) volume(ctx context.Context, pod *corev1.Pod, podDir string, 
 
 // serviceAccount writes the token, CA and namespace files a pod's containers find at
 // /var/run/secrets/kubernetes.io/serviceaccount, or returns "" when the pod opts out.
-func (r *podRunner) serviceAccount(ctx context.Context, pod *corev1.Pod, podDir string) string {
+func (r *podRunner) serviceAccount(t *testing.T, ctx context.Context, pod *corev1.Pod, podDir string) string {
 	if a := pod.Spec.AutomountServiceAccountToken; a != nil && !*a {
 		return ""
 	}
 	sa, err := r.kc.CoreV1().ServiceAccounts(pod.Namespace).Get(ctx, pod.Spec.ServiceAccountName, metav1.GetOptions{})
 	if err != nil {
-		r.t.Fatalf("pod %s: service account: %v", pod.Name, err)
+		t.Fatalf("pod %s: service account: %v", pod.Name, err)
 	}
 	if a := sa.AutomountServiceAccountToken; a != nil && !*a {
 		return ""
 	}
 	dir := filepath.Join(podDir, "serviceaccount")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		r.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for name, b := range map[string][]byte{
-		"token":     []byte(r.cp.Token(r.t, pod.Namespace, pod.Spec.ServiceAccountName)),
+		"token":     []byte(r.cp.Token(t, pod.Namespace, pod.Spec.ServiceAccountName)),
 		"ca.crt":    r.cp.CA.CertPEM,
 		"namespace": []byte(pod.Namespace),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			r.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
 	return dir
@@ -173,7 +172,7 @@ func (r *podRunner) serviceAccount(ctx context.Context, pod *corev1.Pod, podDir 
 
 // env resolves a container's environment the way the kubelet does for the fields the chart
 // uses, plus the variables in-cluster clients look for.
-func (r *podRunner) env(pod *corev1.Pod, c corev1.Container) map[string]string {
+func (r *podRunner) env(t *testing.T, pod *corev1.Pod, c corev1.Container) map[string]string {
 	env := map[string]string{
 		"PATH":                    os.Getenv("PATH"),
 		"HOME":                    os.Getenv("HOME"),
@@ -191,11 +190,11 @@ func (r *podRunner) env(pod *corev1.Pod, c corev1.Container) map[string]string {
 				"status.podIP": pod.Status.PodIP, "status.hostIP": pod.Status.HostIP,
 			}[e.ValueFrom.FieldRef.FieldPath]
 			if !ok {
-				r.t.Fatalf("pod %s container %s: env %s: unsupported fieldRef %s", pod.Name, c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
+				t.Fatalf("pod %s container %s: env %s: unsupported fieldRef %s", pod.Name, c.Name, e.Name, e.ValueFrom.FieldRef.FieldPath)
 			}
 			env[e.Name] = v
 		default:
-			r.t.Fatalf("pod %s container %s: env %s: unsupported source", pod.Name, c.Name, e.Name)
+			t.Fatalf("pod %s container %s: env %s: unsupported source", pod.Name, c.Name, e.Name)
 		}
 	}
 	return env
@@ -203,8 +202,7 @@ func (r *podRunner) env(pod *corev1.Pod, c corev1.Container) map[string]string {
 
 // start runs one container's binary; with saDir it runs in a private mount namespace where
 // saDir is bind-mounted at the in-cluster service account path.
-func (r *podRunner) start(name, bin string, args []string, env map[string]string, saDir string) {
-	t := r.t
+func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, env map[string]string, saDir string) {
 	logPath := filepath.Join(r.root, "logs", strings.ReplaceAll(name, "/", "_")+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
 		t.Fatal(err)
@@ -227,10 +225,12 @@ func (r *podRunner) start(name, bin string, args []string, env map[string]string
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// its own process group, killed with the test even when a timeout skips the cleanups
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	p := &process{name: name, pod: pod, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		logf.Close()
@@ -239,29 +239,77 @@ func (r *podRunner) start(name, bin string, args []string, env map[string]string
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-	})
+	// the processes live as long as the whole test, not the step that started them
+	r.t.Cleanup(p.stop)
 }
 
-// check fails the test when a container exited, with its log.
-func (r *podRunner) check() {
-	r.t.Helper()
+// stop ends a container as the kubelet does: SIGTERM, then SIGKILL for its process group.
+func (p *process) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// stopPod stops the containers of one pod (the kubelet's part of a pod deletion).
+func (r *podRunner) stopPod(name string) {
+	r.mu.Lock()
+	var procs []*process
+	kept := r.procs[:0]
+	for _, p := range r.procs {
+		if p.pod == name {
+			procs = append(procs, p)
+		} else {
+			kept = append(kept, p)
+		}
+	}
+	r.procs = kept
+	r.mu.Unlock()
+	for _, p := range procs {
+		p.stop()
+	}
+}
+
+// check fails t when a container exited, with its log.
+func (r *podRunner) check(t *testing.T) {
+	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.procs {
 		select {
 		case <-p.done:
-			r.t.Fatalf("container %s exited (%v); log tail:\n%s", p.name, p.err, tailFile(p.log, 4000))
+			t.Fatalf("container %s exited (%v); log tail:\n%s", p.name, p.err, tailFile(p.log, 4000))
 		default:
 		}
 	}
+}
+
+// denied returns the log lines in which a component was refused by the API server's RBAC.
+func (r *podRunner) denied() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, p := range r.procs {
+		b, err := os.ReadFile(p.log)
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "is forbidden") {
+				out = append(out, p.name+": "+line)
+			}
+		}
+	}
+	return out
 }
 
 // dumpLogs prints the tail of every container log (on failure).

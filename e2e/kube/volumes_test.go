@@ -142,6 +142,21 @@ func (e *env) subvolumeQuota(group, name string) (int64, error) {
 	return q, nil
 }
 
+// subvolumeSnapshots counts the Ceph snapshots of a subvolume (which may be removed with its
+// snapshots retained).
+func (e *env) subvolumeSnapshots(group, name string) int {
+	e.t.Helper()
+	out, err := e.cephCmd("ceph", "fs", "subvolume", "snapshot", "ls", e.ceph.FSName, name, "--group_name", group, "--format", "json")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var snaps []map[string]any
+	if err := json.Unmarshal([]byte(out), &snaps); err != nil {
+		e.t.Fatalf("snapshot ls: %v: %s", err, out)
+	}
+	return len(snaps)
+}
+
 // snapshot creates a VolumeSnapshot of a claim and waits until it is ready.
 func (e *env) snapshot(name, pvc, class string) *snapv1.VolumeSnapshot {
 	e.t.Helper()

@@ -64,6 +64,20 @@ app.kubernetes.io/component: {{ .component }}
 {{- $d := index $.Values $kind -}}
 {{- if $d.enabled }}{{ $out = append $out $kind }}{{ end -}}
 {{- end -}}
+{{- if not $out }}{{ fail "rbd.enabled and cephfs.enabled are both false: nothing to install" }}{{ end -}}
+{{- /* node plugins share the host's network, controllers may too: every listener its own port */ -}}
+{{- $ports := dict -}}
+{{- range $kind := $out -}}
+{{- $d := index $.Values $kind -}}
+{{- $mine := dict "controllerMetricsPort" $d.controllerMetricsPort "nodeMetricsPort" $d.nodeMetricsPort -}}
+{{- if $d.csiAddons.enabled }}{{ $_ := set $mine "csiAddons.port" $d.csiAddons.port }}{{ end -}}
+{{- if and (eq $kind "rbd") $d.snapshotMetadata.enabled }}{{ $_ := set $mine "snapshotMetadata.port" $d.snapshotMetadata.port }}{{ end -}}
+{{- range $field, $port := $mine -}}
+{{- $key := toString $port -}}
+{{- if hasKey $ports $key }}{{ fail (printf "%s.%s: port %s is also %s" $kind $field $key (get $ports $key)) }}{{ end -}}
+{{- $_ := set $ports $key (printf "%s.%s" $kind $field) -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $out -}}
 {{- end -}}
 
