@@ -123,6 +123,9 @@ func (e *env) startPods() {
 		p := pods[c]
 		e.runner.run(e.t, ctx, &p)
 	}
+	// registered on the whole test after the processes started, so it runs while they still
+	// serve: a failed step's claims and snapshots go through the driver, and Ceph keeps nothing
+	e.runner.t.Cleanup(e.deleteLeftovers)
 	// the sockets appear once the drivers serve
 	for _, c := range want {
 		p := pods[c]
@@ -201,4 +204,26 @@ func (e *env) installCluster() {
 	}
 	e.runner.start(e.t, "", "csi-addons-manager", filepath.Join(e.bin, "csi-addons-manager"),
 		[]string{"--health-probe-bind-address=0", "--metrics-bind-address=0", "--namespace=csi-addons-system"}, env, saDir)
+}
+
+// deleteLeftovers deletes the VolumeSnapshots and PVCs a failed run left, and waits (bounded)
+// for their contents and PVs, i.e. the RBD images and CephFS subvolumes, to go.
+func (e *env) deleteLeftovers() {
+	t := e.runner.t
+	if !t.Failed() {
+		return
+	}
+	ctx := context.Background()
+	_ = e.snap.SnapshotV1().VolumeSnapshots(userNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	_ = e.kc.CoreV1().PersistentVolumeClaims(userNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	deadline := time.Now().Add(90 * time.Second)
+	for time.Now().Before(deadline) {
+		pvs, err1 := e.kc.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+		contents, err2 := e.snap.SnapshotV1().VolumeSnapshotContents().List(ctx, metav1.ListOptions{})
+		if err1 == nil && err2 == nil && len(pvs.Items) == 0 && len(contents.Items) == 0 {
+			return
+		}
+		time.Sleep(time.Second)
+	}
+	t.Log("cleanup: PVs or snapshot contents still exist after 90 s; Ceph may keep their images or subvolumes")
 }
