@@ -13,13 +13,8 @@ import (
 	"github.com/monoceph/monoceph/internal/kubetest"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/yaml"
 )
 
 // the minimal install of the README: monitors, a cluster ID and a Ceph user
@@ -120,7 +115,7 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kc.Discovery()))
+	res := newResources(kc.Discovery(), dyn)
 	for _, c := range []struct {
 		name   string
 		values []string
@@ -162,23 +157,9 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 				manifest = manifest[:i]
 			}
 			n := 0
-			for _, doc := range strings.Split(manifest, "\n---") {
-				var m map[string]any
-				if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-					t.Fatalf("manifest: %v\n%s", err, doc)
-				}
-				if len(m) == 0 {
-					continue
-				}
-				o := &unstructured.Unstructured{Object: m}
-				gvk := o.GroupVersionKind()
-				rm, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
-				if err != nil {
-					t.Fatalf("%s: %v", gvk, err)
-				}
-				ri := dyn.Resource(rm.Resource).Namespace(o.GetNamespace())
-				if _, err := ri.Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
-					t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
+			for _, o := range parseManifest(t, manifest) {
+				if _, err := res.of(t, o, "storage").Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
 				}
 				n++
 			}

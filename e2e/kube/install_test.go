@@ -13,10 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/yaml"
 
 	"github.com/monoceph/monoceph/internal/kubetest"
 )
@@ -63,41 +59,20 @@ func (e *env) helmInstall() {
 // releaseObjects lists the objects of the release's manifest.
 func (e *env) releaseObjects() []*unstructured.Unstructured {
 	e.t.Helper()
-	manifest := e.shell(fmt.Sprintf("helm get manifest %s --namespace %s", release, namespace))
-	var objs []*unstructured.Unstructured
-	for _, doc := range strings.Split(manifest, "\n---") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			e.t.Fatalf("manifest: %v", err)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
-	return objs
+	return parseManifest(e.t, e.shell(fmt.Sprintf("helm get manifest %s --namespace %s", release, namespace)))
 }
 
 // missing returns the objects of objs the API server does not have (or, with gone, has).
 func (e *env) missing(objs []*unstructured.Unstructured, gone bool) []string {
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(e.kc.Discovery()))
+	res := newResources(e.kc.Discovery(), e.dyn)
 	var out []string
 	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		m, err := mapper.RESTMapping(schema.GroupKind{Group: gvk.Group, Kind: gvk.Kind}, gvk.Version)
-		if err != nil {
-			e.t.Fatalf("%s: %v", gvk, err)
-		}
-		ri := e.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
-		if o.GetNamespace() == "" && m.Scope.Name() == "namespace" {
-			ri = e.dyn.Resource(m.Resource).Namespace(namespace)
-		}
-		_, err = ri.Get(context.Background(), o.GetName(), metav1.GetOptions{})
+		_, err := res.of(e.t, o, namespace).Get(context.Background(), o.GetName(), metav1.GetOptions{})
 		switch {
 		case err == nil && gone, apierrors.IsNotFound(err) && !gone:
-			out = append(out, gvk.Kind+"/"+o.GetName())
+			out = append(out, o.GetKind()+"/"+o.GetName())
 		case err != nil && !apierrors.IsNotFound(err):
-			e.t.Fatalf("get %s/%s: %v", gvk.Kind, o.GetName(), err)
+			e.t.Fatalf("get %s/%s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
 	return out
