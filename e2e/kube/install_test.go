@@ -54,6 +54,17 @@ func (e *env) helmInstall() {
 	script := strings.TrimRight(e.readmeBlock("helm-install"), "\n") + " -f " + e.localValues() + "\n"
 	out := e.shell(script, "CEPH_MONITORS="+e.ceph.Monitors, "CEPH_ADMIN_KEY="+e.ceph.Admin.Key())
 	e.t.Logf("helm install:\n%s", out)
+	// NOTES.txt tells the user the next step of every feature this install enabled
+	for _, want := range []string{"storageClassName: monoceph-rbd", "storageClassName: monoceph-cephfs",
+		"create a NetworkFence with driver " + rbdDriver, `SnapshotMetadataService "` + rbdDriver + `"`,
+		"--resource-name=<sa>", "keeps the Ceph user Secret"} {
+		if !strings.Contains(out, want) {
+			e.t.Errorf("helm install notes lack %q", want)
+		}
+	}
+	if strings.Contains(out, e.ceph.Admin.Key()) {
+		e.t.Error("helm install printed the Ceph key")
+	}
 }
 
 // releaseObjects lists the objects of the release's manifest.
