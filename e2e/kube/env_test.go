@@ -78,7 +78,8 @@ func newEnv(t *testing.T) *env {
 	e.adminKC = e.cp.Kubeconfig(t, e.cp.AdminToken)
 	e.ports = map[string]int{}
 	for _, p := range []string{"rbdControllerMetrics", "rbdNodeMetrics", "rbdCSIAddons", "rbdSnapshotMetadata",
-		"fsControllerMetrics", "fsNodeMetrics", "fsCSIAddons"} {
+		"fsControllerMetrics", "fsNodeMetrics", "fsCSIAddons", "rbdProvisioner", "rbdSnapshotter", "rbdResizer",
+		"fsProvisioner", "fsSnapshotter", "fsResizer"} {
 		e.ports[p] = kubetest.FreePort(t)
 	}
 	// short: FUSE admin sockets live below the node plugin's state directory (107-byte limit)

@@ -28,6 +28,7 @@ func (e *env) localValues() string {
 rbd:
   controllerMetricsPort: %d
   nodeMetricsPort: %d
+  sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
   snapshotMetadata:
@@ -37,10 +38,12 @@ rbd:
 cephfs:
   controllerMetricsPort: %d
   nodeMetricsPort: %d
+  sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
-`, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
-		p["fsControllerMetrics"], p["fsNodeMetrics"], p["fsCSIAddons"])
+`, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"],
+		p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
+		p["fsControllerMetrics"], p["fsNodeMetrics"], p["fsProvisioner"], p["fsSnapshotter"], p["fsResizer"], p["fsCSIAddons"])
 	f := filepath.Join(e.t.TempDir(), "local-processes.yaml")
 	if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
 		e.t.Fatal(err)
