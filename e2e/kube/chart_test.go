@@ -83,6 +83,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"pod label replacing a selector label", `controller.podLabels.app\.kubernetes\.io/component=x`, "invalid propertyName 'app.kubernetes.io/component'"},
 		{"two active replicas without leader election", "controller.leaderElection.enabled=false", "controller.replicas > 1 needs controller.leaderElection.enabled"},
 		{"no driver", "rbd.enabled=false,cephfs.enabled=false", "nothing to install"},
+		{"node user without a key", "cephUser.node.id=n", "cephUser.node.key is required"},
 		{"two node plugins on one host port", "cephfs.nodeMetricsPort=9080", "cephfs.nodeMetricsPort: port 9080 is also rbd.nodeMetricsPort"},
 		{"existing TLS Secret without its CA (no cluster to read it from)", "rbd.snapshotMetadata.enabled=true,rbd.snapshotMetadata.tls.existingSecret=x", "set caCert"},
 	} {

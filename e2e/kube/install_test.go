@@ -68,6 +68,11 @@ func (e *env) helmInstall() {
 	if strings.Contains(out, e.ceph.Admin.Key()) {
 		e.t.Error("helm install printed the Ceph key")
 	}
+	// the PVs' node-stage secret is the node user's
+	s, err := e.kc.CoreV1().Secrets(namespace).Get(context.Background(), release+"-ceph-node-user", metav1.GetOptions{})
+	if err != nil || string(s.Data["userID"]) != "monoceph-node" {
+		e.t.Fatalf("node user Secret: %v", err)
+	}
 }
 
 // releaseObjects lists the objects of the release's manifest.

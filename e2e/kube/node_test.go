@@ -50,6 +50,10 @@ func (e *env) mountPV(pv *corev1.PersistentVolume, readOnly bool) *mounted {
 		}
 	}
 	secrets := map[string]string{}
+	// the chart points node staging at the node user, which cannot create, delete or fence
+	if ref := src.NodeStageSecretRef; ref == nil || ref.Name != release+"-ceph-node-user" {
+		e.t.Fatalf("PV %s node-stage secret %v, want the node user's", pv.Name, ref)
+	}
 	if ref := src.NodeStageSecretRef; ref != nil {
 		s, err := e.kc.CoreV1().Secrets(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
 		if err != nil {

@@ -30,6 +30,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.cephUser.existingSecret | default (printf "%s-ceph-user" (include "monoceph.fullname" .)) -}}
 {{- end -}}
 
+{{/* The node-stage secret: the node user's when one is given, else the Ceph user's. */}}
+{{- define "monoceph.cephNodeSecretName" -}}
+{{- $n := .Values.cephUser.node -}}
+{{- if $n.existingSecret -}}{{ $n.existingSecret }}
+{{- else if $n.id -}}{{ printf "%s-ceph-node-user" (include "monoceph.fullname" .) }}
+{{- else -}}{{ include "monoceph.cephSecretName" . }}
+{{- end -}}
+{{- end -}}
+
 {{- define "monoceph.clusterMapName" -}}
 {{ include "monoceph.fullname" . }}-clusters
 {{- end -}}
