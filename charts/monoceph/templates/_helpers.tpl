@@ -110,3 +110,43 @@ capabilities:
 {{- define "monoceph.snapshotMetadataTLSSecret" -}}
 {{ .Values.rbd.snapshotMetadata.tls.existingSecret | default (printf "%s-tls" (include "monoceph.snapshotMetadataName" .)) }}
 {{- end -}}
+
+{{/* One kubernetes-csi sidecar of a driver's controller pod: pass (dict "root" $ "kind"
+     "rbd"|"cephfs" "sidecar" "provisioner"|"snapshotter"|"resizer" "portName" <port name>
+     "args" <its own flags>); its diagnostics port is <kind>.sidecarHealthPorts.<sidecar>. */}}
+{{- define "monoceph.csiSidecar" -}}
+{{- $sc := .root.Values.sidecars -}}
+{{- $s := index $sc .sidecar -}}
+{{- $port := index (index .root.Values .kind).sidecarHealthPorts .sidecar -}}
+- name: csi-{{ .sidecar }}
+  image: {{ $s.image }}
+  imagePullPolicy: {{ $sc.pullPolicy }}
+  args:
+    - --csi-address=/csi/csi.sock
+    - --http-endpoint=:{{ $port }}
+    - --v={{ $sc.logLevel }}
+    - --timeout={{ $sc.timeout }}
+    {{- include "monoceph.leaderElectionArgs" .root | nindent 4 }}
+    {{- range .args }}
+    - {{ . }}
+    {{- end }}
+  ports:
+    - name: {{ .portName }}
+      containerPort: {{ $port }}
+  livenessProbe:
+    httpGet:
+      # a replica that lost its lease renewal fails this; without leader election the
+      # server's metrics page at least shows it serves
+      path: {{ ternary "/healthz/leader-election" "/metrics" .root.Values.controller.leaderElection.enabled }}
+      port: {{ .portName }}
+    periodSeconds: 20
+    timeoutSeconds: 10
+    failureThreshold: 3
+  securityContext:
+    {{- include "monoceph.restricted" . | nindent 4 }}
+  resources:
+    {{- toYaml $s.resources | nindent 4 }}
+  volumeMounts:
+    - name: socket-dir
+      mountPath: /csi
+{{- end -}}
