@@ -42,6 +42,11 @@ func helmCmd(t *testing.T, args ...string) (string, error) {
 	return out.String(), err
 }
 
+// withMinimal is the minimal install's --set flags followed by extra's.
+func withMinimal(extra ...string) []string {
+	return sets(append(append([]string{}, minimal...), extra...)...)
+}
+
 func sets(values ...string) []string {
 	var args []string
 	for _, v := range values {
@@ -52,7 +57,7 @@ func sets(values ...string) []string {
 
 func TestChartLint(t *testing.T) {
 	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "rbd.csiAddons.enabled=true", "cephfs.csiAddons.enabled=true"}} {
-		args := append([]string{"lint", "--strict", "charts/monoceph"}, sets(append(append([]string{}, minimal...), extra...)...)...)
+		args := append([]string{"lint", "--strict", "charts/monoceph"}, withMinimal(extra...)...)
 		if out, err := helmCmd(t, args...); err != nil {
 			t.Errorf("helm %v: %v\n%s", args, err, out)
 		}
@@ -88,7 +93,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"existing TLS Secret without its CA (no cluster to read it from)", "rbd.snapshotMetadata.enabled=true,rbd.snapshotMetadata.tls.existingSecret=x", "set caCert"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"template", "x", "charts/monoceph"}, sets(append(append([]string{}, minimal...), c.set)...)...)
+			args := append([]string{"template", "x", "charts/monoceph"}, withMinimal(c.set)...)
 			out, err := helmCmd(t, args...)
 			if err == nil {
 				t.Fatalf("--set %s rendered:\n%.300s", c.set, out)
@@ -144,7 +149,7 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 				}
 			}
 			args := append([]string{"install", "r", "charts/monoceph", "--namespace", "storage", "--dry-run=server",
-				"--kubeconfig", cp.Kubeconfig(t, cp.AdminToken)}, sets(append(append([]string{}, minimal...), c.values...)...)...)
+				"--kubeconfig", cp.Kubeconfig(t, cp.AdminToken)}, withMinimal(c.values...)...)
 			out, err := helmCmd(t, args...)
 			if err != nil {
 				t.Fatalf("helm install --dry-run=server: %v", err)
@@ -158,7 +163,7 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 				manifest = manifest[:i]
 			}
 			n := 0
-			for _, o := range parseManifest(t, manifest) {
+			for _, o := range kubetest.Objects(t, "helm install --dry-run=server", []byte(manifest)) {
 				if _, err := res.of(t, o, "storage").Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
 					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
 				}

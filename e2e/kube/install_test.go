@@ -78,7 +78,7 @@ func (e *env) helmInstall() {
 // releaseObjects lists the objects of the release's manifest.
 func (e *env) releaseObjects() []*unstructured.Unstructured {
 	e.t.Helper()
-	return parseManifest(e.t, e.shell(fmt.Sprintf("helm get manifest %s --namespace %s", release, namespace)))
+	return kubetest.Objects(e.t, "helm get manifest", []byte(e.shell(fmt.Sprintf("helm get manifest %s --namespace %s", release, namespace))))
 }
 
 // missing returns the objects of objs the API server does not have (or, with gone, has).
@@ -181,21 +181,12 @@ func (e *env) installCluster() {
 	csiAddons := kubetest.ModuleDir(e.t, filepath.Join(e.repo, "scripts/tools/csi-addons"), "github.com/csi-addons/kubernetes-csi-addons")
 	e.cp.ApplyCRDs(e.t, append(kubetest.SnapshotCRDs(e.t), filepath.Join(csiAddons, "deploy/controller/crds.yaml"))...)
 	e.createNode()
-	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
-		"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": fmt.Sprint(e.cp.Port)}
+	env := e.runner.clusterEnv()
 	e.runner.start(e.t, "", "snapshot-controller", filepath.Join(e.bin, "snapshot-controller"),
 		[]string{"--kubeconfig=" + e.adminKC, "--leader-election=false", "--v=2"}, env, "")
 	// the csi-addons manager authenticates to sidecars with the token at the in-cluster path
 	// (even with a kubeconfig), so it runs like a pod, here with the admin identity
-	saDir := filepath.Join(e.runner.root, "csi-addons-manager")
-	if err := os.MkdirAll(saDir, 0o750); err != nil {
-		e.t.Fatal(err)
-	}
-	for name, b := range map[string][]byte{"token": []byte(e.cp.AdminToken), "ca.crt": e.cp.CA.CertPEM, "namespace": []byte("csi-addons-system")} {
-		if err := os.WriteFile(filepath.Join(saDir, name), b, 0o600); err != nil {
-			e.t.Fatal(err)
-		}
-	}
+	saDir := e.runner.serviceAccountFiles(e.t, filepath.Join(e.runner.root, "csi-addons-manager"), e.cp.AdminToken, "csi-addons-system")
 	e.runner.start(e.t, "", "csi-addons-manager", filepath.Join(e.bin, "csi-addons-manager"),
 		[]string{"--health-probe-bind-address=0", "--metrics-bind-address=0", "--namespace=csi-addons-system"}, env, saDir)
 }

@@ -1,7 +1,6 @@
 package kube
 
 import (
-	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -10,24 +9,7 @@ import (
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
-	"sigs.k8s.io/yaml"
 )
-
-// parseManifest splits Helm's rendered manifest into objects.
-func parseManifest(t *testing.T, manifest string) []*unstructured.Unstructured {
-	t.Helper()
-	var objs []*unstructured.Unstructured
-	for _, doc := range strings.Split(manifest, "\n---") {
-		var m map[string]any
-		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
-			t.Fatalf("manifest: %v\n%s", err, doc)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
-	return objs
-}
 
 // resources finds the API resource of rendered objects through discovery (CRDs included).
 type resources struct {

@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -40,13 +39,10 @@ type podRunner struct {
 	procs []*process
 }
 
+// process is a container's process, and the pod it belongs to ("" for cluster components).
 type process struct {
-	name string
-	pod  string // "" for processes that are not a pod's
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error // valid once done is closed
+	*kubetest.Process
+	pod string
 }
 
 // hostPaths are shared with the real host: device nodes, sysfs and kernel modules.
@@ -154,15 +150,16 @@ func (r *podRunner) serviceAccount(t *testing.T, ctx context.Context, pod *corev
 	if a := sa.AutomountServiceAccountToken; a != nil && !*a {
 		return ""
 	}
-	dir := filepath.Join(podDir, "serviceaccount")
+	return r.serviceAccountFiles(t, filepath.Join(podDir, "serviceaccount"), r.cp.Token(t, pod.Namespace, pod.Spec.ServiceAccountName), pod.Namespace)
+}
+
+// serviceAccountFiles writes what in-cluster clients read at the service account path (token,
+// the cluster's CA, the namespace) into dir and returns it, for start's saDir.
+func (r *podRunner) serviceAccountFiles(t *testing.T, dir, token, namespace string) string {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	for name, b := range map[string][]byte{
-		"token":     []byte(r.cp.Token(t, pod.Namespace, pod.Spec.ServiceAccountName)),
-		"ca.crt":    r.cp.CA.CertPEM,
-		"namespace": []byte(pod.Namespace),
-	} {
+	for name, b := range map[string][]byte{"token": []byte(token), "ca.crt": r.cp.CA.CertPEM, "namespace": []byte(namespace)} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -170,15 +167,17 @@ func (r *podRunner) serviceAccount(t *testing.T, ctx context.Context, pod *corev
 	return dir
 }
 
+// clusterEnv is the environment every process starts from: the test's PATH and HOME, and the
+// variables in-cluster clients find the API server by.
+func (r *podRunner) clusterEnv() map[string]string {
+	return map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
+		"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": fmt.Sprint(r.cp.Port)}
+}
+
 // env resolves a container's environment the way the kubelet does for the fields the chart
-// uses, plus the variables in-cluster clients look for.
+// uses, on top of clusterEnv.
 func (r *podRunner) env(t *testing.T, pod *corev1.Pod, c corev1.Container) map[string]string {
-	env := map[string]string{
-		"PATH":                    os.Getenv("PATH"),
-		"HOME":                    os.Getenv("HOME"),
-		"KUBERNETES_SERVICE_HOST": "127.0.0.1",
-		"KUBERNETES_SERVICE_PORT": fmt.Sprint(r.cp.Port),
-	}
+	env := r.clusterEnv()
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
@@ -207,10 +206,6 @@ func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, en
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	argv := append([]string{bin}, args...)
 	if saDir != "" {
 		const saPath = "/run/secrets/kubernetes.io/serviceaccount"
@@ -224,18 +219,7 @@ func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, en
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// its own process group, killed with the test even when a timeout skips the cleanups
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &process{name: name, pod: pod, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logf.Close()
-		close(p.done)
-	}()
+	p := &process{Process: kubetest.StartProcess(t, name, logPath, cmd), pod: pod}
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
@@ -243,21 +227,8 @@ func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, en
 	r.t.Cleanup(p.stop)
 }
 
-// stop ends a container as the kubelet does: SIGTERM, then SIGKILL for its process group.
-func (p *process) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-	}
-}
+// stop ends a container as the kubelet does, with a grace period.
+func (p *process) stop() { p.Stop(10 * time.Second) }
 
 // stopPod stops the containers of one pod (the kubelet's part of a pod deletion).
 func (r *podRunner) stopPod(name string) {
@@ -284,10 +255,8 @@ func (r *podRunner) check(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.procs {
-		select {
-		case <-p.done:
-			t.Fatalf("container %s exited (%v); log tail:\n%s", p.name, p.err, tailFile(p.log, 4000))
-		default:
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("container %s exited (%v); log tail:\n%s", p.Name, err, p.Tail(4000))
 		}
 	}
 }
@@ -298,14 +267,14 @@ func (r *podRunner) denied() []string {
 	defer r.mu.Unlock()
 	var out []string
 	for _, p := range r.procs {
-		b, err := os.ReadFile(p.log)
+		b, err := os.ReadFile(p.Log)
 		if err != nil {
 			out = append(out, err.Error())
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "is forbidden") {
-				out = append(out, p.name+": "+line)
+				out = append(out, p.Name+": "+line)
 			}
 		}
 	}
@@ -317,19 +286,8 @@ func (r *podRunner) dumpLogs() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.procs {
-		r.t.Logf("=== %s log (tail) ===\n%s", p.name, tailFile(p.log, 3000))
+		r.t.Logf("=== %s log (tail) ===\n%s", p.Name, p.Tail(3000))
 	}
-}
-
-func tailFile(p string, n int) string {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return err.Error()
-	}
-	if len(b) > n {
-		b = b[len(b)-n:]
-	}
-	return string(b)
 }
 
 // imageName is the last path element of an image reference without tag or digest.

@@ -35,21 +35,8 @@ func (cp *ControlPlane) ApplyCRDs(t testing.TB, files ...string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(b)))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			var obj map[string]any
-			if err := yaml.Unmarshal(doc, &obj); err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			u := &unstructured.Unstructured{Object: obj}
-			if len(obj) == 0 || u.GetKind() != "CustomResourceDefinition" {
+		for _, u := range Objects(t, f, b) {
+			if u.GetKind() != "CustomResourceDefinition" {
 				continue
 			}
 			// Apply rather than create: tests may install the same CRD twice (say, once from
@@ -92,6 +79,30 @@ func (cp *ControlPlane) ApplyCRDs(t testing.TB, files ...string) {
 				_, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{Limit: 1})
 				return err
 			})
+		}
+	}
+}
+
+// Objects decodes the Kubernetes objects of a multi-document YAML stream (a manifest file, or
+// what helm renders), skipping empty documents; source names it in failures.
+func Objects(t testing.TB, source string, data []byte) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return objs
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", source, err)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(doc, &obj); err != nil {
+			t.Fatalf("%s: %v\n%s", source, err, doc)
+		}
+		if len(obj) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: obj})
 		}
 	}
 }

@@ -54,7 +54,7 @@ type ControlPlane struct {
 	Dir        string
 
 	kc    kubernetes.Interface
-	procs []*proc
+	procs []*Process
 }
 
 const adminToken = "monoceph-test-admin"
@@ -174,41 +174,14 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	return cp
 }
 
-// proc is one process of the control plane.
-type proc struct {
-	name string
-	log  string
-	done chan struct{} // closed when the process exited
-	err  error         // how it exited, once done is closed
-}
-
 func (cp *ControlPlane) start(t testing.TB, name, bin string, args ...string) {
 	t.Helper()
-	logPath := filepath.Join(cp.Dir, name+".log")
-	log, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	p := &proc{name: name, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		log.Close()
-		close(p.done)
-	}()
+	p := StartProcess(t, name, filepath.Join(cp.Dir, name+".log"), exec.Command(bin, args...))
 	cp.procs = append(cp.procs, p)
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-p.done
+		p.Stop(0)
 		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("%s log (tail, full log in %s):\n%s", name, logPath, tail(string(b), 3000))
+			t.Logf("%s log (tail, full log in %s):\n%s", name, p.Log, p.Tail(3000))
 		}
 	})
 }
@@ -226,10 +199,8 @@ func (cp *ControlPlane) wait(t testing.TB, timeout time.Duration, what string, f
 			return
 		}
 		for _, p := range cp.procs {
-			select {
-			case <-p.done:
-				t.Fatalf("waiting for %s: %s exited: %v (log follows)", what, p.name, p.err)
-			default:
+			if exited, err := p.Exited(); exited {
+				t.Fatalf("waiting for %s: %s exited: %v (log follows)", what, p.Name, err)
 			}
 		}
 		if time.Now().After(deadline) {
@@ -237,13 +208,6 @@ func (cp *ControlPlane) wait(t testing.TB, timeout time.Duration, what string, f
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // Kubeconfig writes a kubeconfig for the control plane that authenticates with token and

@@ -1,9 +1,18 @@
 package kubetest
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
-// sysProcAttr has the kernel kill the control plane when the test binary dies without running
-// cleanups (go test -timeout panics, SIGKILL), so no etcd or apiserver outlives the run.
+var sigTerm os.Signal = syscall.SIGTERM
+
+// sysProcAttr gives a process its own group (so its children stop with it) and has the kernel
+// kill it when the test binary dies without running cleanups.
 func sysProcAttr() *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+func signalGroup(p *os.Process, sig os.Signal) {
+	_ = syscall.Kill(-p.Pid, sig.(syscall.Signal))
 }
