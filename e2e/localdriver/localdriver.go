@@ -4,7 +4,6 @@ package localdriver
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -36,14 +35,7 @@ func Start(t *testing.T, typ driver.Type, clusterMapExtra string) *Driver {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	extra := ""
-	if clusterMapExtra != "" {
-		extra = "," + clusterMapExtra
-	}
-	clusters := filepath.Join(dir, "clusters.json")
-	if err := os.WriteFile(clusters, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]%s}]`, cl.ID, cl.Monitors, extra)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	clusters := cl.ClusterMapFile(t, dir, clusterMapExtra)
 	d, err := driver.New(driver.Config{
 		Type: typ, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "e2e-node",
 		ClusterConfig: clusters, StateDir: filepath.Join(dir, "st"), RBDMaxCloneDepth: 8,

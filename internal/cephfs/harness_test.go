@@ -3,7 +3,6 @@ package cephfs
 import (
 	"context"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -48,15 +46,7 @@ func newEnvIn(t testing.TB, tag string) *env {
 		tag = fmt.Sprintf("t%d", time.Now().UnixNano()%1e12)
 	}
 	dir := t.TempDir()
-	mapPath := filepath.Join(dir, "clusters.json")
-	body := fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q],"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}}]`, cl.ID, cl.Monitors, tag, tag)
-	if err := os.WriteFile(mapPath, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(mapPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := cl.Clusters(t, fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, tag, tag))
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	ctrl := NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})

@@ -9,12 +9,15 @@ package cephtest
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/clustermap"
 )
 
 // Cluster is the local test cluster.
@@ -68,6 +71,30 @@ func Env(t testing.TB) Cluster {
 // ClusterMap is a one-entry cluster map for the local cluster.
 func (c Cluster) ClusterMap() v1.ClusterMap {
 	return v1.ClusterMap{{ClusterID: c.ID, Monitors: []string{c.Monitors}}}
+}
+
+// ClusterMapFile writes a one-entry cluster map for the local cluster into dir and returns its
+// path; extra holds more JSON fields of the entry (e.g. `"cephFS":{"subvolumeGroup":"g"}`).
+func (c Cluster) ClusterMapFile(t testing.TB, dir, extra string) string {
+	t.Helper()
+	if extra != "" {
+		extra = "," + extra
+	}
+	p := filepath.Join(dir, "clusters.json")
+	if err := os.WriteFile(p, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]%s}]`, c.ID, c.Monitors, extra)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Clusters is that map (in a temporary directory) loaded as the driver's services read it.
+func (c Cluster) Clusters(t testing.TB, extra string) *clustermap.Store {
+	t.Helper()
+	s, err := clustermap.Load(c.ClusterMapFile(t, t.TempDir(), extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // Secrets are the CSI secrets an RPC against the local cluster carries.

@@ -3,7 +3,6 @@ package rbd
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,14 +42,7 @@ func newEnvIn(t testing.TB, ns string) *env {
 	t.Helper()
 	cl := cephtest.Env(t)
 	dir := t.TempDir()
-	mapPath := filepath.Join(dir, "clusters.json")
-	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]}]`, cl.ID, cl.Monitors)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(mapPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := cl.Clusters(t, "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	ctrl := NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), MaxCloneDepth: 2})

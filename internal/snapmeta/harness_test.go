@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/clustermap"
 	rbdctl "github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
@@ -45,14 +43,7 @@ func newEnv(t testing.TB, opts Options) *env {
 	t.Helper()
 	cl := cephtest.Env(t)
 	dir := t.TempDir()
-	mapPath := filepath.Join(dir, "clusters.json")
-	if err := os.WriteFile(mapPath, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]}]`, cl.ID, cl.Monitors)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(mapPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := cl.Clusters(t, "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	opts.Clusters, opts.Pool = store, pool

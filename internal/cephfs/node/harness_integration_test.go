@@ -23,7 +23,6 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/server"
 )
 
@@ -39,14 +38,7 @@ type testNode struct {
 
 func newTestNode(t testing.TB, env cephtest.Cluster, name string) *testNode {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "clusters.json")
-	if err := os.WriteFile(p, []byte(`[{"clusterID":"`+env.ID+`","monitors":["`+env.Monitors+`"]}]`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	clusters, err := clustermap.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	clusters := env.Clusters(t, "")
 	state := stateDir(t)
 	s, err := New(Options{NodeID: name, StateDir: state, Clusters: clusters, Locks: server.NewOpLocks(), Timeout: 30 * time.Second})
 	if err != nil {
