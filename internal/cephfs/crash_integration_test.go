@@ -8,9 +8,12 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/faultpoint"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // crashOp is one RPC a child process runs until it dies at a fault point.
@@ -57,7 +60,15 @@ func TestCrashChild(t *testing.T) {
 	var err error
 	switch op.Kind {
 	case "create", "create-ro":
-		_, err = e.client.CreateVolume(ctx, e.createReq(op.Name, 8*mib, op.caps(), op.source()))
+		// as a CO does, repeat the request while a clone is still copying (ABORTED): under
+		// load a clone can outlast the driver's bounded wait before the fault point is reached
+		for {
+			_, err = e.client.CreateVolume(ctx, e.createReq(op.Name, 8*mib, op.caps(), op.source()))
+			if status.Code(err) != codes.Aborted || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 	case "snapshot":
 		_, err = e.client.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: op.Name, SourceVolumeId: op.SrcVol, Secrets: e.cl.Secrets()})
 	case "delete-volume":
