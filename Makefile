@@ -15,9 +15,14 @@ TOOLS := scripts/tools
 CEPH_ENV := scripts/ceph-local.sh start >/dev/null && eval "$$(scripts/ceph-local.sh env)"
 TEST_TIMEOUT ?= 30m
 # keep the sanity output readable: Ginkgo's colours off, driver logs out, results and skips in
-SANITY_FILTER := sed 's/\x1b\[[0-9;]*m//g' | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
+SANITY_FILTER := sed 's/\x1b\[[0-9;]*m//g' | tee $(BIN)/sanity.log | grep -vE '^[IEW][0-9]{4} '
+# what `make test` repeats at its end when a sanity suite fails, so a truncated log still says why
+SANITY_FAILURES := \[FAILED\] (Unexpected error|Expected)|^ +\[FAIL\] |^--- FAIL|: the sanity run left
 
 SHELL := /bin/bash
+TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BIN)/csi-addons \
+	MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
+	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
 .PHONY: all build test unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e
 
@@ -34,11 +39,11 @@ build:
 # The csi-sanity suites (e2e/sanity) run one at a time after the rest: each starts a driver on
 # the shared cluster, and an unfiltered ListSnapshots rightly sees the other suite's snapshots.
 test: build $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-controller-manager
-	@$(CEPH_ENV) && export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BIN)/csi-addons \
-	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
-	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \
-	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)') && \
-	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER)
+	@$(CEPH_ENV) && $(TEST_ENV) && \
+	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)')
+	@set -o pipefail; rm -f $(BIN)/sanity.log; $(CEPH_ENV) && $(TEST_ENV) && \
+	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \
+	  { echo "::: csi-sanity failures (whole log: $(BIN)/sanity.log):"; grep -E -A3 "$(SANITY_FAILURES)" $(BIN)/sanity.log; exit 1; }
 
 # Unit tests only: integration tests skip themselves without a cluster.
 unit:

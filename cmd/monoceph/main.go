@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephfs"
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/version"
@@ -43,6 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight RPCs get to finish after SIGTERM")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/run/monoceph", "node-private state: FUSE mount points, staging records, CephFS recovery keys (keep it on a tmpfs)")
 	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
+	fs.DurationVar(&cfg.CephFSCloneWait, "cephfs-clone-wait", cephfs.DefaultCloneWait, "how long CephFS CreateVolume waits for a clone before answering ABORTED so the CO retries")
 	fs.StringVar(&cfg.CSIAddonsEndpoint, "csi-addons-endpoint", "", "csi-addons endpoint (network fencing), unix:///path/to/csi-addons.sock; controller and all modes (empty: off)")
 	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
 	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", fence.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")

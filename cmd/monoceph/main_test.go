@@ -51,6 +51,7 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 		{"bad driver name", append([]string{"--type=rbd", "--drivername=-x"}, base...), "--drivername"},
 		{"bad metrics address", append([]string{"--type=rbd", "--metrics-address=nonsense"}, base...), "--metrics-address"},
 		{"zero timeout", append([]string{"--type=rbd", "--ceph-op-timeout=0s"}, base...), "--ceph-op-timeout"},
+		{"negative clone wait", append([]string{"--type=cephfs", "--cephfs-clone-wait=-1s"}, base...), "--cephfs-clone-wait"},
 		{"bad block type", append([]string{"--type=rbd", "--snapshot-metadata-block-type=exact"}, base...), "--snapshot-metadata-block-type"},
 		{"snapshot metadata without TLS", append([]string{"--type=rbd", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-audience=a"}, base...), "--snapshot-metadata-tls-cert"},
 		{"snapshot metadata without audience", append([]string{"--type=rbd", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-tls-cert=c", "--snapshot-metadata-tls-key=k"}, base...), "--snapshot-metadata-audience"},

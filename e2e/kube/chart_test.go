@@ -75,6 +75,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"cluster ID too long", "cluster.id=" + strings.Repeat("x", 37), "at '/cluster/id'"},
 		{"misspelt key", "rbd.storageclass.create=true", "'storageclass' not allowed"},
 		{"duration without unit", "controller.cephOpTimeout=30", "at '/controller/cephOpTimeout'"},
+		{"clone wait without unit", "cephfs.cloneWait=8", "at '/cephfs/cloneWait'"},
 		{"port out of range", "rbd.controllerMetricsPort=70000", "at '/rbd/controllerMetricsPort'"},
 		{"unknown mounter", "rbd.storageClass.mounter=nbd", "at '/rbd/storageClass/mounter'"},
 		{"storage class without pool", "rbd.storageClass.create=true", "at '/rbd/storageClass/pool'"},

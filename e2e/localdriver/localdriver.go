@@ -39,8 +39,11 @@ func Start(t *testing.T, typ driver.Type, clusterMapExtra string) *Driver {
 	d, err := driver.New(driver.Config{
 		Type: typ, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "e2e-node",
 		ClusterConfig: clusters, StateDir: filepath.Join(dir, "st"), RBDMaxCloneDepth: 8,
-		CephTimeouts: ceph.Timeouts{Connect: 10 * time.Second, Op: 30 * time.Second},
-		ConnIdleTTL:  time.Minute, HealthTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second,
+		// csi-sanity never retries ABORTED, which CreateVolume answers for a CephFS clone
+		// still copying after the wait; on Pacific an empty clone has taken up to 10 s.
+		CephFSCloneWait: 2 * time.Minute,
+		CephTimeouts:    ceph.Timeouts{Connect: 10 * time.Second, Op: 30 * time.Second},
+		ConnIdleTTL:     time.Minute, HealthTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,11 @@ import (
 	"github.com/monoceph/monoceph/internal/volcap"
 )
 
+// DefaultCloneWait lets small clones finish within one CreateVolume call: the volumes module
+// copies an empty or small subvolume in well under a second, but on Pacific its metadata steps
+// can each stall for a 5 s MDS tick, so 8 s is a retry for some and a wait for most.
+const DefaultCloneWait = 8 * time.Second
+
 // Options configure the controller.
 type Options struct {
 	Clusters *clustermap.Store
@@ -22,7 +27,7 @@ type Options struct {
 	// DefaultSize is the quota of a volume whose request names no capacity.
 	DefaultSize int64
 	// CloneWait is how long CreateVolume waits for a clone to finish before answering
-	// ABORTED (the CO retries): small clones complete in a few seconds and need no retry.
+	// ABORTED (the CO retries); 0 means DefaultCloneWait.
 	CloneWait time.Duration
 }
 
@@ -43,7 +48,7 @@ func NewController(o Options) *Controller {
 		o.DefaultSize = 1 << 30
 	}
 	if o.CloneWait <= 0 {
-		o.CloneWait = 8 * time.Second
+		o.CloneWait = DefaultCloneWait
 	}
 	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o, groups: map[string]bool{}}
 }

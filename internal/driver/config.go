@@ -51,6 +51,9 @@ type Config struct {
 	StateDir string
 	// RBDMaxCloneDepth is the parent chain length past which new clones are flattened.
 	RBDMaxCloneDepth int
+	// CephFSCloneWait is how long CreateVolume waits for a CephFS clone before answering
+	// ABORTED (0: cephfs.DefaultCloneWait).
+	CephFSCloneWait time.Duration
 
 	// CSIAddonsEndpoint is the csi-addons socket (Identity, FenceController); "" serves none.
 	CSIAddonsEndpoint string
@@ -118,6 +121,9 @@ func (c *Config) Complete() error {
 		if d <= 0 {
 			return fmt.Errorf("%s=%v: must be positive", name, d)
 		}
+	}
+	if c.CephFSCloneWait < 0 {
+		return fmt.Errorf("--cephfs-clone-wait=%v: must not be negative", c.CephFSCloneWait)
 	}
 	if err := c.completeCSIAddons(); err != nil {
 		return err

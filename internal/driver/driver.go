@@ -116,7 +116,7 @@ func (d *Driver) register() error {
 	}
 	if d.cfg.Type == TypeCephFS && d.cfg.RunsController() {
 		csi.RegisterControllerServer(d.grpc.Server, cephfs.NewController(cephfs.Options{
-			Clusters: d.clusters, Pool: d.pool, Locks: d.locks,
+			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, CloneWait: d.cfg.CephFSCloneWait,
 		}))
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
