@@ -14,8 +14,9 @@ BIN := bin
 TOOLS := scripts/tools
 CEPH_ENV := scripts/ceph-local.sh start >/dev/null && eval "$$(scripts/ceph-local.sh env)"
 TEST_TIMEOUT ?= 30m
-# keep the sanity output readable: Ginkgo's colours off, driver logs out, results and skips in
-SANITY_FILTER := sed 's/\x1b\[[0-9;]*m//g' | tee $(BIN)/sanity.log | grep -vE '^[IEW][0-9]{4} '
+# keep the sanity output readable: Ginkgo's colours off, driver logs out (also those behind a
+# spec's progress mark), results and skips in
+SANITY_FILTER := sed 's/\x1b\[[0-9;]*m//g' | tee $(BIN)/sanity.log | grep -vE '^[•SP]*[IEW][0-9]{4} '
 # what `make test` repeats at its end when a sanity suite fails, so a truncated log still says why
 SANITY_FAILURES := \[FAILED\] (Unexpected error|Expected)|^ +\[FAIL\] |^--- FAIL|: the sanity run left
 
