@@ -16,7 +16,7 @@ import (
 
 // DefaultCloneWait lets most small clones finish within one CreateVolume call. On Pacific the
 // volumes module's steps for even an empty clone can each stall until a 5-second beat (median
-// 1.4 s, longest 9.1 s in one test run), so some still answer ABORTED and are retried.
+// 1.4 s, longest 9.1 s over four test runs), so some still answer ABORTED and are retried.
 const DefaultCloneWait = 8 * time.Second
 
 // Options configure the controller.
