@@ -96,6 +96,7 @@ start_daemons() {
   pid_alive "$RUN/mon.a.pid" || ceph-mon -c "$CONF" -i a
   wait_for "mon up" c mon stat
   pid_alive "$RUN/mgr.x.pid" || ceph-mgr -c "$CONF" -i x
+  rm -f "$CEPH_DIR/.osd-saved"
   pid_alive "$RUN/osd.0.pid" || ceph-osd -c "$CONF" -i 0
   pid_alive "$RUN/mds.a.pid" || ceph-mds -c "$CONF" -i a 2>/dev/null
 }
@@ -251,7 +252,12 @@ cmd_start() {
   if ((fresh == 0)) && [[ -f $CEPH_DIR/.ready ]] && all_alive && c -s >/dev/null 2>&1; then
     finish "cluster in $CEPH_DIR already running"
   fi
-  if ((fresh == 0)) && [[ -f $CEPH_DIR/.bootstrapped ]]; then
+  if ((fresh == 0)) && [[ -f $CEPH_DIR/.bootstrapped && $OBJECTSTORE == memstore && ! -f $CEPH_DIR/.osd-saved ]] &&
+    ! pid_alive "$RUN/osd.0.pid"; then
+    # killed, or the machine restarted: the OSD's objects are gone, and a restart would only wait
+    # for placement groups that never come back
+    log "the memstore OSD did not stop cleanly, so its data is lost"
+  elif ((fresh == 0)) && [[ -f $CEPH_DIR/.bootstrapped ]]; then
     log "restarting the cluster in $CEPH_DIR"
     if (start_daemons && wait_for "osd.0 up" osd_up && wait_for "mgr available" mgr_avail &&
       wait_for "mds active" mds_active && wait_for "all pgs active+clean" pgs_clean); then
@@ -274,8 +280,9 @@ ours() {
   [[ $cmd == *"$2 "* && $cmd == *"$CONF"* ]]
 }
 
-stop_group() { # stop_group <signal> <grace seconds> <daemon>...
+stop_group() { # stop_group <signal> <grace seconds> <daemon>...; sets FORCED=1 if one needed SIGKILL
   local sig=$1 grace=$2 d pid i pids=(); shift 2
+  FORCED=0
   for d in "$@"; do
     [[ -f $RUN/$d.pid ]] || continue
     pid=$(cat "$RUN/$d.pid")
@@ -288,6 +295,7 @@ stop_group() { # stop_group <signal> <grace seconds> <daemon>...
     for ((i = 0; i < grace * 10; i++)); do alive "$pid" || break; sleep 0.1; done
     if alive "$pid"; then
       log "pid $pid still running after SIG$sig, sending SIGKILL"
+      FORCED=1
       kill -KILL "$pid" 2>/dev/null || true
       for ((i = 0; i < 50; i++)); do alive "$pid" || break; sleep 0.1; done
     fi
@@ -308,6 +316,8 @@ cmd_stop() {
     # SIGKILL after a short grace is safe. The OSD must stop cleanly or memstore loses its data.
     stop_group "$sig" 10 mds.a
     stop_group "$sig" 15 osd.0 mgr.x
+    # a memstore OSD saved its data only if it ended on SIGTERM; a restart needs that data
+    if [[ $sig == TERM ]] && ((FORCED == 0)); then touch "$CEPH_DIR/.osd-saved"; fi
     stop_group "$sig" 15 mon.a
     rm -f "$CEPH_DIR/.ready"
   fi
