@@ -280,24 +280,26 @@ ours() {
   [[ $cmd == *"$2 "* && $cmd == *"$CONF"* ]]
 }
 
-stop_group() { # stop_group <signal> <grace seconds> <daemon>...; sets FORCED=1 if one needed SIGKILL
-  local sig=$1 grace=$2 d pid i pids=(); shift 2
-  FORCED=0
+stop_group() { # stop_group <signal> <grace seconds> <daemon>...; sets ENDED to those that exited on <signal>
+  local sig=$1 grace=$2 d pid i pids=() names=() n; shift 2
+  ENDED=()
   for d in "$@"; do
     [[ -f $RUN/$d.pid ]] || continue
     pid=$(cat "$RUN/$d.pid")
     if [[ $pid =~ ^[0-9]+$ ]] && ours "$pid" "ceph-${d%%.*}"; then
-      kill -"$sig" "$pid" 2>/dev/null && pids+=("$pid")
+      kill -"$sig" "$pid" 2>/dev/null && pids+=("$pid") && names+=("$d")
     fi
     rm -f "$RUN/$d.pid"
   done
-  for pid in "${pids[@]}"; do
+  for n in "${!pids[@]}"; do
+    pid=${pids[n]}
     for ((i = 0; i < grace * 10; i++)); do alive "$pid" || break; sleep 0.1; done
     if alive "$pid"; then
       log "pid $pid still running after SIG$sig, sending SIGKILL"
-      FORCED=1
       kill -KILL "$pid" 2>/dev/null || true
       for ((i = 0; i < 50; i++)); do alive "$pid" || break; sleep 0.1; done
+    else
+      ENDED+=("${names[n]}")
     fi
   done
 }
@@ -317,7 +319,7 @@ cmd_stop() {
     stop_group "$sig" 10 mds.a
     stop_group "$sig" 15 osd.0 mgr.x
     # a memstore OSD saved its data only if it ended on SIGTERM; a restart needs that data
-    if [[ $sig == TERM ]] && ((FORCED == 0)); then touch "$CEPH_DIR/.osd-saved"; fi
+    if [[ $sig == TERM && " ${ENDED[*]} " == *" osd.0 "* ]]; then touch "$CEPH_DIR/.osd-saved"; fi
     stop_group "$sig" 15 mon.a
     rm -f "$CEPH_DIR/.ready"
   fi
