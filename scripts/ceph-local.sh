@@ -3,7 +3,9 @@
 #
 #   start [--fresh]  boot (or restart, or leave running) mon a, mgr x, one OSD (memstore unless
 #                    CEPH_OBJECTSTORE=bluestore), MDS a, CephFS "$CEPH_FS_NAME" and RBD pool "$CEPH_RBD_POOL".
-#                    Idempotent. Prints `export` lines for the environment tests and the driver read,
+#                    Idempotent; restarts only the daemons that are not running. Never deletes a
+#                    cluster unless --fresh says so: a cluster that cannot come back (a memstore OSD
+#                    that ended without `stop` lost its objects) is an error naming --fresh. Prints `export` lines for the environment tests and the driver read,
 #                    also kept in $CEPH_DIR/env, and writes a monoceph cluster map to $CEPH_DIR/clusters.json.
 #   stop [--purge] [--kill]
 #                    stop the daemons recorded in $CEPH_DIR/run (and only those); --purge deletes $CEPH_DIR.
@@ -32,9 +34,14 @@ RUN=$CEPH_DIR/run
 DAEMONS=(mon.a mgr.x osd.0 mds.a)
 T0=$EPOCHREALTIME
 
+# Daemons and tools run with a clean environment: what the caller exported must not reach them.
+# The env file this script writes exports CEPH_ARGS="--conf … --keyring … --id admin"; a daemon
+# restarted under it runs as client.admin and fails ("failed to fetch mon config").
+clean() { env -i PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 "$@"; }
+
 log() { printf '[ceph-local %6.1fs] %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $T0}")" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-c() { timeout 60 ceph -c "$CONF" --connect-timeout 15 "$@"; }
+c() { clean timeout 60 ceph -c "$CONF" --connect-timeout 15 "$@"; }
 
 # A pid file counts only while its process runs and is not a zombie (daemons are reparented to PID 1).
 alive() { local s; s=$(awk '/^State:/{print $2}' "/proc/$1/status" 2>/dev/null) && [[ -n $s && $s != Z ]]; }
@@ -57,7 +64,7 @@ vol_create() { c fs volume create "$FS_NAME"; }
 
 write_env() {
   local key
-  key=$(ceph-authtool -p -n client.admin "$KEYRING")
+  key=$(clean ceph-authtool -p -n client.admin "$KEYRING")
   cat >"$CEPH_DIR/env" <<ENV
 export CEPH_DIR=$CEPH_DIR
 export CEPH_CONF=$CONF
@@ -93,12 +100,12 @@ finish() {
 }
 
 start_daemons() {
-  pid_alive "$RUN/mon.a.pid" || ceph-mon -c "$CONF" -i a
+  pid_alive "$RUN/mon.a.pid" || clean ceph-mon -c "$CONF" -i a
   wait_for "mon up" c mon stat
-  pid_alive "$RUN/mgr.x.pid" || ceph-mgr -c "$CONF" -i x
+  pid_alive "$RUN/mgr.x.pid" || clean ceph-mgr -c "$CONF" -i x
   rm -f "$CEPH_DIR/.osd-saved"
-  pid_alive "$RUN/osd.0.pid" || ceph-osd -c "$CONF" -i 0
-  pid_alive "$RUN/mds.a.pid" || ceph-mds -c "$CONF" -i a 2>/dev/null
+  pid_alive "$RUN/osd.0.pid" || clean ceph-osd -c "$CONF" -i 0
+  pid_alive "$RUN/mds.a.pid" || clean ceph-mds -c "$CONF" -i a 2>/dev/null
 }
 
 write_conf() {
@@ -201,31 +208,31 @@ bootstrap() {
   fsid=$(cat /proc/sys/kernel/random/uuid)
   write_conf "$fsid"
 
-  ceph-authtool --create-keyring "$CEPH_DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
-  ceph-authtool --create-keyring "$KEYRING" --gen-key -n client.admin \
+  clean ceph-authtool --create-keyring "$CEPH_DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
+  clean ceph-authtool --create-keyring "$KEYRING" --gen-key -n client.admin \
     --cap mon 'allow *' --cap osd 'allow *' --cap mds 'allow *' --cap mgr 'allow *' >/dev/null
-  ceph-authtool "$CEPH_DIR/mon.keyring" --import-keyring "$KEYRING" >/dev/null
+  clean ceph-authtool "$CEPH_DIR/mon.keyring" --import-keyring "$KEYRING" >/dev/null
   chmod 600 "$CEPH_DIR/mon.keyring" "$KEYRING"
 
-  monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_V2_PORT,v1:127.0.0.1:$MON_V1_PORT]" "$CEPH_DIR/monmap" >/dev/null
-  ceph-mon -c "$CONF" --mkfs -i a --monmap "$CEPH_DIR/monmap" --keyring "$CEPH_DIR/mon.keyring"
-  ceph-mon -c "$CONF" -i a
+  clean monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_V2_PORT,v1:127.0.0.1:$MON_V1_PORT]" "$CEPH_DIR/monmap" >/dev/null
+  clean ceph-mon -c "$CONF" --mkfs -i a --monmap "$CEPH_DIR/monmap" --keyring "$CEPH_DIR/mon.keyring"
+  clean ceph-mon -c "$CONF" -i a
   wait_for "mon up" c mon stat
 
   c auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' -o "$CEPH_DIR/mgr/x/keyring"
-  ceph-mgr -c "$CONF" -i x
+  clean ceph-mgr -c "$CONF" -i x
 
   osd_uuid=$(cat /proc/sys/kernel/random/uuid)
   osd_id=$(c osd new "$osd_uuid")
   [[ $osd_id == 0 ]] || die "unexpected osd id '$osd_id'"
   c auth get-or-create osd.0 mon 'allow profile osd' mgr 'allow profile osd' osd 'allow *' -o "$CEPH_DIR/osd/0/keyring"
-  ceph-osd -c "$CONF" -i 0 --mkfs --osd-uuid "$osd_uuid" >"$CEPH_DIR/log/osd.0.mkfs.log" 2>&1 ||
+  clean ceph-osd -c "$CONF" -i 0 --mkfs --osd-uuid "$osd_uuid" >"$CEPH_DIR/log/osd.0.mkfs.log" 2>&1 ||
     { cat "$CEPH_DIR/log/osd.0.mkfs.log" >&2; die "ceph-osd --mkfs failed"; }
-  ceph-osd -c "$CONF" -i 0
+  clean ceph-osd -c "$CONF" -i 0
 
   c auth get-or-create mds.a mon 'allow profile mds' osd 'allow rw tag cephfs *=*' mds 'allow' mgr 'allow profile mds' \
     -o "$CEPH_DIR/mds/a/keyring"
-  ceph-mds -c "$CONF" -i a 2>/dev/null
+  clean ceph-mds -c "$CONF" -i a 2>/dev/null
 
   wait_for "osd.0 up" osd_up
   wait_for "mgr available" mgr_avail
@@ -234,7 +241,7 @@ bootstrap() {
   c osd set-require-min-compat-client mimic >/dev/null 2>&1
 
   c osd pool create "$RBD_POOL" 8 8 >/dev/null 2>&1
-  timeout 60 rbd -c "$CONF" pool init "$RBD_POOL"
+  clean timeout 60 rbd -c "$CONF" pool init "$RBD_POOL"
   wait_for "fs volume create $FS_NAME" vol_create
   # tests SIGKILL FUSE clients on purpose; their stale sessions would hold capabilities (and
   # block the volumes module) for the default 300 s
@@ -249,24 +256,33 @@ bootstrap() {
 cmd_start() {
   local fresh=${CEPH_FRESH:-0}
   [[ ${1:-} == --fresh ]] && fresh=1
-  if ((fresh == 0)) && [[ -f $CEPH_DIR/.ready ]] && all_alive && c -s >/dev/null 2>&1; then
+  if ((fresh)); then
+    if [[ -e $CEPH_DIR ]]; then
+      log "--fresh: stopping and deleting the cluster in $CEPH_DIR"
+      cmd_stop >/dev/null 2>&1 || true
+      rm -rf "$CEPH_DIR"
+    fi
+    bootstrap
+  fi
+  if [[ -f $CEPH_DIR/.ready ]] && all_alive && c -s >/dev/null 2>&1; then
     finish "cluster in $CEPH_DIR already running"
   fi
-  if ((fresh == 0)) && [[ -f $CEPH_DIR/.bootstrapped && $OBJECTSTORE == memstore && ! -f $CEPH_DIR/.osd-saved ]] &&
-    ! pid_alive "$RUN/osd.0.pid"; then
-    # killed, or the machine restarted: the OSD's objects are gone, and a restart would only wait
-    # for placement groups that never come back
-    log "the memstore OSD did not stop cleanly, so its data is lost"
-  elif ((fresh == 0)) && [[ -f $CEPH_DIR/.bootstrapped ]]; then
+  if [[ -f $CEPH_DIR/.bootstrapped ]]; then
+    # A cluster's data is deleted only when asked for (--fresh): not when a restart fails, and
+    # not when a memstore OSD lost its objects by ending without `stop`.
+    if [[ $OBJECTSTORE == memstore && ! -f $CEPH_DIR/.osd-saved ]] && ! pid_alive "$RUN/osd.0.pid"; then
+      die "the memstore OSD in $CEPH_DIR ended without \`$0 stop\` (killed, or the machine restarted), so its objects are lost; \`$0 start --fresh\` deletes this cluster and makes a new one"
+    fi
     log "restarting the cluster in $CEPH_DIR"
     if (start_daemons && wait_for "osd.0 up" osd_up && wait_for "mgr available" mgr_avail &&
       wait_for "mds active" mds_active && wait_for "all pgs active+clean" pgs_clean); then
       finish "cluster restarted in $CEPH_DIR"
     fi
-    log "restart failed; bootstrapping a new cluster"
+    die "the cluster in $CEPH_DIR did not come back (logs in $CEPH_DIR/log); \`$0 start --fresh\` deletes it and makes a new one"
   fi
   if [[ -e $CEPH_DIR ]]; then
-    log "wiping $CEPH_DIR"
+    # a bootstrap that never finished: there is no cluster to keep
+    log "removing the unfinished bootstrap in $CEPH_DIR"
     cmd_stop >/dev/null 2>&1 || true
     rm -rf "$CEPH_DIR"
   fi

@@ -59,6 +59,10 @@ func (e *Error) Unwrap() error { return e.cause }
 
 type errorCoder interface{ ErrorCode() int }
 
+// Is reports whether err falls in class kind (ErrNotFound, ErrBusy, …), whether it is a raw
+// go-ceph error or one already wrapped.
+func Is(err, kind error) bool { return err != nil && errors.Is(Wrap("", err), kind) }
+
 // Wrap classifies err, a go-ceph error or a context error, as the result of op. nil stays nil.
 func Wrap(op string, err error) error {
 	return WrapDetail(op, err, "")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
+	"github.com/monoceph/monoceph/internal/linger"
 	"k8s.io/klog/v2"
 )
 
@@ -392,8 +393,10 @@ func (p *Pool) Close() {
 
 // Call runs fn, a blocking librados call on c, and returns when fn returns or ctx ends,
 // whichever is first. When ctx ends first, fn keeps running in the background until librados'
-// own timeouts stop it; it holds its own reference so the connection stays open under it. This
-// is what keeps a hung cluster from wedging a caller (and the volume lock it holds) forever.
+// own timeouts stop it; it holds its own reference so the connection stays open under it, and
+// keeps the caller's operation lock (see package linger) so a retry gets ABORTED instead of
+// running beside it. This is what keeps a hung cluster from wedging a caller forever without
+// letting two calls on one volume overlap.
 func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
@@ -405,7 +408,11 @@ func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (
 	}
 	ch := make(chan result, 1)
 	c.pool.acquire(c.e)
+	// taken now, dropped when fn ends: if ctx ends first, fn goes on holding the caller's
+	// operation lock (package linger), so a retry cannot race it
+	held := sync.OnceFunc(linger.Hold(ctx))
 	go func() {
+		defer held()
 		defer c.pool.release(c.e)
 		v, err := fn(c.e.conn)
 		ch <- result{v, err}
@@ -421,6 +428,20 @@ func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (
 		}
 		return r.v, nil
 	case <-ctx.Done():
+		// a reply librados lost (a manager command has no op timeout) must not keep the
+		// volume's lock forever
+		time.AfterFunc(MaxLinger, func() {
+			select {
+			case <-ch:
+			default:
+				klog.FromContext(ctx).Info("Ceph call still running; releasing its operation lock", "op", op, "after", MaxLinger)
+			}
+			held()
+		})
 		return zero, Wrap(op, ctx.Err())
 	}
 }
+
+// MaxLinger bounds how long a call abandoned at its caller's deadline keeps the caller's
+// operation lock. librados' per-operation timeouts normally end it much sooner.
+const MaxLinger = 10 * time.Minute

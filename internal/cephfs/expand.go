@@ -49,7 +49,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	raw := req.GetVolumeId()
-	unlock, err := c.opts.Locks.TryLock("ControllerExpandVolume", raw)
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "ControllerExpandVolume", raw)
 	if err != nil {
 		return nil, err
 	}

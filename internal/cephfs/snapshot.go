@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/reftracker"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,7 +45,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.opts.Locks.TryLock("CreateSnapshot", "cephfs-snapshot-name:"+name, srcID)
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateSnapshot", "cephfs-snapshot-name:"+name, srcID)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +88,13 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	group, sub, snap := rec.Attrs[attrGroup], rec.Attrs[attrSubvolume], snapName(rec.UID)
 	err = s.admin.CreateSubVolumeSnapshot(s.fs.Name, group, sub, snap)
 	if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
-		return nil, classify("snapshot "+sub, err)
+		err = classify("snapshot "+sub, err)
+		if isNotFound(err) {
+			// the subvolume went away after the journal said it was there: no snapshot was
+			// cut, so its tracker and reservation go too
+			return nil, c.abandonSnapshot(ctx, s, rec, err)
+		}
+		return nil, err
 	}
 	faultpoint.Hit("cephfs.CreateSnapshot.cut")
 	info, err := s.admin.SubVolumeSnapshotInfo(s.fs.Name, group, sub, snap)
@@ -102,6 +109,18 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", s.fs.Name+"/"+group+"/"+sub+"@"+snap, "name", name)
 	out, _ := snapshotFromRecord(*rec, id)
 	return &csi.CreateSnapshotResponse{Snapshot: out}, nil
+}
+
+// abandonSnapshot removes what CreateSnapshot made before the snapshot failed for good (the
+// tracker holding only the snapshot's own reference, the reservation) and returns cause.
+func (c *Controller) abandonSnapshot(ctx context.Context, s site, rec *journal.Record, cause error) error {
+	if _, err := reftracker.Delete(ctx, s.journal(), rec.UID, snapshotRef); err != nil {
+		return err
+	}
+	if err := journal.ReleaseRecord(ctx, s.journal(), journal.Snapshot, rec); err != nil {
+		return err
+	}
+	return cause
 }
 
 func snapshotFromRecord(rec journal.Record, id volid.CephFSSnapshot) (*csi.Snapshot, bool) {
@@ -139,7 +158,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.opts.Locks.TryLock("DeleteSnapshot", raw)
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteSnapshot", raw)
 	if err != nil {
 		return nil, err
 	}

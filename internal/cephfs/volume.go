@@ -3,7 +3,9 @@ package cephfs
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ceph/go-ceph/cephfs/admin"
@@ -113,7 +115,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.opts.Locks.TryLock("CreateVolume", "cephfs-volume-name:"+req.GetName())
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateVolume", "cephfs-volume-name:"+req.GetName())
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +138,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 			return nil, err
 		}
 		return c.createShallow(ctx, s, r, b)
+	}
+	if err := c.checkPool(ctx, r.cluster, s, r.params.Pool); err != nil {
+		return nil, err
 	}
 	srcInfo, err := c.checkSource(ctx, s, r)
 	if err != nil {
@@ -177,6 +182,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 			}
 		}
 		if err != nil {
+			c.giveBack(ctx, s, rec, err)
 			return nil, err
 		}
 		faultpoint.Hit("cephfs.CreateVolume.subvolume")
@@ -198,6 +204,43 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 			Mounter: r.params.Mounter, FuseMountOptions: r.params.FuseOptions, KernelMountOptions: r.params.KernelOptions}.Map(),
 		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
+}
+
+// checkPool checks that a StorageClass's pool is a data pool of the filesystem before anything
+// is reserved (the volumes module would refuse the layout only after the reservation).
+func (c *Controller) checkPool(ctx context.Context, cl v1.Cluster, s site, pool string) error {
+	if pool == "" || slices.Contains(s.fs.DataPools, pool) {
+		return nil
+	}
+	// the cached filesystem map may predate `fs add_data_pool`
+	fss, err := c.fss.get(ctx, cl.ClusterID, s.conn, true)
+	if err != nil {
+		return err
+	}
+	for _, fs := range fss {
+		if fs.ID == s.fs.ID && slices.Contains(fs.DataPools, pool) {
+			return nil
+		}
+	}
+	return controller.InvalidParam(paramPool, "%q is not a data pool of filesystem %q (its data pools: %s)", pool, s.fs.Name, strings.Join(s.fs.DataPools, ", "))
+}
+
+// giveBack releases rec, the reservation of a create that failed for good (see
+// controller.Permanent), when the volumes module has no subvolume for it; any other failure
+// keeps it for the CO's retry, which resumes the create.
+func (c *Controller) giveBack(ctx context.Context, s site, rec *journal.Record, cause error) {
+	if !controller.Permanent(cause) {
+		return
+	}
+	log := klog.FromContext(ctx)
+	_, err := s.admin.SubVolumePath(s.fs.Name, rec.Attrs[attrGroup], subvolumeName(rec.UID))
+	if !isNotFound(err) {
+		log.V(2).Info("Keeping the reservation of a failed create", "name", rec.Name, "err", err)
+		return
+	}
+	if err := journal.ReleaseRecord(ctx, s.journal(), journal.Volume, rec); err != nil {
+		log.Error(err, "Could not give back the reservation of a failed create", "name", rec.Name)
+	}
 }
 
 // compatible checks a repeated request against the reservation it found.
@@ -349,7 +392,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.opts.Locks.TryLock("DeleteVolume", raw)
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteVolume", raw)
 	if err != nil {
 		return nil, err
 	}

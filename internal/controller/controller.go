@@ -4,6 +4,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -109,4 +110,19 @@ func Capabilities(types ...csi.ControllerServiceCapability_RPC_Type) *csi.Contro
 			Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
 	}
 	return resp
+}
+
+// Permanent reports whether a create failed for a reason a retry of the same request cannot
+// overcome: the request is invalid (INVALID_ARGUMENT, OUT_OF_RANGE, or Ceph's EINVAL) or names
+// something that does not exist (NOT_FOUND, ENOENT). Such a create must not keep its name
+// reserved; deadlines, lost races and unreachable clusters are not permanent.
+func Permanent(err error) bool {
+	if s, ok := status.FromError(err); ok {
+		switch s.Code() {
+		case codes.InvalidArgument, codes.NotFound, codes.OutOfRange:
+			return true
+		}
+		return false
+	}
+	return errors.Is(err, ceph.ErrInvalid) || errors.Is(err, ceph.ErrNotFound)
 }

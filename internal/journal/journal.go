@@ -87,43 +87,29 @@ func Lookup(ctx context.Context, loc Location, k Kind, name string) (*Record, er
 // caller to compare with the request.
 func Reserve(ctx context.Context, loc Location, k Kind, name string, attrs map[string]string) (rec *Record, created bool, err error) {
 	shard := volid.ShardOf(name)
-	oid := objectName(string(shard))
 	type result struct {
 		rec     *Record
 		created bool
 	}
-	unlock, err := radosop.Lock(ctx, loc, oid)
-	if err != nil {
-		return nil, false, err
-	}
-	defer unlock()
-	res, err := radosop.With(ctx, loc, "journal reserve", func(io *rados.IOContext) (result, error) {
-		for attempt := range radosop.MaxAttempts {
-			vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, name))
-			if err != nil {
-				return result{}, err
-			}
-			if b, ok := vals[nameKey(k, name)]; ok {
-				r, err := decode(name, b)
-				return result{r, false}, err
-			}
-			uid, err := volid.NewUID(shard)
-			if err != nil {
-				return result{}, err
-			}
-			r := &Record{UID: uid, Name: name, Attrs: attrs}
-			b, err := json.Marshal(r)
-			if err != nil {
-				return result{}, err
-			}
-			err = radosop.Write(io, oid, ver, radosop.Change{Set: map[string][]byte{nameKey(k, name): b, uidKey(k, uid): []byte(name)}})
-			if radosop.Lost(err) {
-				radosop.Backoff(attempt)
-				continue
-			}
-			return result{r, err == nil}, err
+	res, err := radosop.Update(ctx, loc, "journal reserve", objectName(string(shard)), func(io *rados.IOContext) (*radosop.Change, uint64, result, error) {
+		vals, ver, err := radosop.ReadKeys(io, objectName(string(shard)), nameKey(k, name))
+		if err != nil {
+			return nil, 0, result{}, err
 		}
-		return result{}, ErrConflict
+		if b, ok := vals[nameKey(k, name)]; ok {
+			r, err := decode(name, b)
+			return nil, ver, result{r, false}, err
+		}
+		uid, err := volid.NewUID(shard)
+		if err != nil {
+			return nil, 0, result{}, err
+		}
+		r := &Record{UID: uid, Name: name, Attrs: attrs}
+		b, err := json.Marshal(r)
+		if err != nil {
+			return nil, 0, result{}, err
+		}
+		return &radosop.Change{Set: map[string][]byte{nameKey(k, name): b, uidKey(k, uid): []byte(name)}}, ver, result{r, true}, nil
 	})
 	return res.rec, res.created, err
 }
@@ -169,36 +155,24 @@ func Get(ctx context.Context, loc Location, k Kind, uid string) (*Record, error)
 // result). It fails with ErrNotFound if the reservation is gone.
 func SetAttrs(ctx context.Context, loc Location, k Kind, rec *Record) error {
 	oid := objectName(rec.UID)
-	unlock, err := radosop.Lock(ctx, loc, oid)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	_, err = radosop.With(ctx, loc, "journal update", func(io *rados.IOContext) (struct{}, error) {
-		for attempt := range radosop.MaxAttempts {
-			vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, rec.Name))
-			if err != nil {
-				return struct{}{}, err
-			}
-			cur, ok := vals[nameKey(k, rec.Name)]
-			if !ok || ver == 0 {
-				return struct{}{}, ceph.NewError("journal update", ceph.ErrNotFound, "reservation of "+rec.Name+" is gone")
-			}
-			if r, err := decode(rec.Name, cur); err != nil || r.UID != rec.UID {
-				return struct{}{}, ceph.NewError("journal update", ceph.ErrNotFound, "reservation of "+rec.Name+" is gone")
-			}
-			b, err := json.Marshal(rec)
-			if err != nil {
-				return struct{}{}, err
-			}
-			err = radosop.Write(io, oid, ver, radosop.Change{Set: map[string][]byte{nameKey(k, rec.Name): b}})
-			if radosop.Lost(err) {
-				radosop.Backoff(attempt)
-				continue
-			}
-			return struct{}{}, err
+	gone := ceph.NewError("journal update", ceph.ErrNotFound, "reservation of "+rec.Name+" is gone")
+	_, err := radosop.Update(ctx, loc, "journal update", oid, func(io *rados.IOContext) (*radosop.Change, uint64, struct{}, error) {
+		vals, ver, err := radosop.ReadKeys(io, oid, nameKey(k, rec.Name))
+		if err != nil {
+			return nil, 0, struct{}{}, err
 		}
-		return struct{}{}, ErrConflict
+		cur, ok := vals[nameKey(k, rec.Name)]
+		if !ok || ver == 0 {
+			return nil, 0, struct{}{}, gone
+		}
+		if r, err := decode(rec.Name, cur); err != nil || r.UID != rec.UID {
+			return nil, 0, struct{}{}, gone
+		}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return nil, 0, struct{}{}, err
+		}
+		return &radosop.Change{Set: map[string][]byte{nameKey(k, rec.Name): b}}, ver, struct{}{}, nil
 	})
 	return err
 }
@@ -210,39 +184,18 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 		return nil
 	}
 	oid := objectName(uid)
-	unlock, err := radosop.Lock(ctx, loc, oid)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	_, err = radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
-		for attempt := range radosop.MaxAttempts {
-			vals, ver, err := radosop.ReadKeys(io, oid, uidKey(k, uid))
-			if err != nil {
-				return struct{}{}, err
-			}
-			name, ok := vals[uidKey(k, uid)]
-			if !ok {
-				return struct{}{}, nil
-			}
-			rm := []string{uidKey(k, uid)}
-			nv, _, err := radosop.ReadKeys(io, oid, nameKey(k, string(name)))
-			if err != nil {
-				return struct{}{}, err
-			}
-			if b, ok := nv[nameKey(k, string(name))]; ok {
-				if r, err := decode(string(name), b); err != nil || r.UID == uid {
-					rm = append(rm, nameKey(k, string(name)))
-				}
-			}
-			err = radosop.Write(io, oid, ver, radosop.Change{Rm: rm})
-			if radosop.Lost(err) {
-				radosop.Backoff(attempt)
-				continue
-			}
-			return struct{}{}, err
+	_, err := radosop.Update(ctx, loc, "journal release", oid, func(io *rados.IOContext) (*radosop.Change, uint64, struct{}, error) {
+		vals, ver, err := radosop.ReadKeys(io, oid, uidKey(k, uid))
+		if err != nil {
+			return nil, 0, struct{}{}, err
 		}
-		return struct{}{}, ErrConflict
+		name, ok := vals[uidKey(k, uid)]
+		if !ok {
+			return nil, ver, struct{}{}, nil
+		}
+		// read again, with the name key: the version of this read guards the write
+		c, ver, err := releaseChange(io, oid, k, &Record{UID: uid, Name: string(name)})
+		return c, ver, struct{}{}, err
 	})
 	return err
 }
@@ -251,40 +204,39 @@ func Release(ctx context.Context, loc Location, k Kind, uid string) error {
 // checked in one read, then removed in one write.
 func ReleaseRecord(ctx context.Context, loc Location, k Kind, rec *Record) error {
 	oid := objectName(rec.UID)
-	nk, uk := nameKey(k, rec.Name), uidKey(k, rec.UID)
-	unlock, err := radosop.Lock(ctx, loc, oid)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	_, err = radosop.With(ctx, loc, "journal release", func(io *rados.IOContext) (struct{}, error) {
-		for attempt := range radosop.MaxAttempts {
-			vals, ver, err := radosop.ReadKeys(io, oid, nk, uk)
-			if err != nil {
-				return struct{}{}, err
-			}
-			var rm []string
-			if string(vals[uk]) == rec.Name {
-				rm = append(rm, uk)
-			}
-			if b, ok := vals[nk]; ok {
-				if r, err := decode(rec.Name, b); err != nil || r.UID == rec.UID {
-					rm = append(rm, nk)
-				}
-			}
-			if len(rm) == 0 {
-				return struct{}{}, nil
-			}
-			err = radosop.Write(io, oid, ver, radosop.Change{Rm: rm})
-			if radosop.Lost(err) {
-				radosop.Backoff(attempt)
-				continue
-			}
-			return struct{}{}, err
-		}
-		return struct{}{}, ErrConflict
+	_, err := radosop.Update(ctx, loc, "journal release", oid, func(io *rados.IOContext) (*radosop.Change, uint64, struct{}, error) {
+		c, ver, err := releaseChange(io, oid, k, rec)
+		return c, ver, struct{}{}, err
 	})
 	return err
+}
+
+// releaseChange reads both keys of rec and the object's first keys in one operation and
+// returns the change removing those of the two that still belong to rec — the whole object
+// when nothing else is in it, so a journal whose reservations are all released leaves no
+// object behind.
+func releaseChange(io *rados.IOContext, oid string, k Kind, rec *Record) (*radosop.Change, uint64, error) {
+	nk, uk := nameKey(k, rec.Name), uidKey(k, rec.UID)
+	vals, first, ver, err := radosop.Read(io, oid, 3, nk, uk)
+	if err != nil {
+		return nil, 0, err
+	}
+	var rm []string
+	if string(vals[uk]) == rec.Name {
+		rm = append(rm, uk)
+	}
+	if b, ok := vals[nk]; ok {
+		if r, err := decode(rec.Name, b); err != nil || r.UID == rec.UID {
+			rm = append(rm, nk)
+		}
+	}
+	if len(rm) == 0 {
+		return nil, ver, nil
+	}
+	if radosop.Emptied(first, rm) {
+		return &radosop.Change{Delete: true}, ver, nil
+	}
+	return &radosop.Change{Rm: rm}, ver, nil
 }
 
 // List returns every reservation of kind k at loc, sorted by UID.

@@ -11,7 +11,7 @@ import (
 // holds it) and returns ctx with a logger naming the volume and keysAndValues, that logger,
 // and the function that releases the lock.
 func Lock(ctx context.Context, locks *server.OpLocks, op, volumeID string, keysAndValues ...any) (context.Context, klog.Logger, func(), error) {
-	unlock, err := locks.TryLock(op, volumeID)
+	ctx, unlock, err := locks.TryLockContext(ctx, op, volumeID)
 	if err != nil {
 		return ctx, klog.Logger{}, nil, err
 	}

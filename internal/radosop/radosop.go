@@ -44,30 +44,51 @@ func With[T any](ctx context.Context, loc Location, op string, fn func(*rados.IO
 
 // ReadKeys reads keys of oid with the object version; version 0 means oid does not exist.
 func ReadKeys(io *rados.IOContext, oid string, keys ...string) (map[string][]byte, uint64, error) {
+	vals, _, ver, err := Read(io, oid, 0, keys...)
+	return vals, ver, err
+}
+
+// Read reads, in one operation, the values of keys and the first n omap keys of oid in key
+// order (none when n is 0), with the object version (0: oid does not exist).
+func Read(io *rados.IOContext, oid string, n uint64, keys ...string) (vals, first map[string][]byte, ver uint64, err error) {
 	op := rados.CreateReadOp()
 	defer op.Release()
-	step := op.GetOmapValuesByKeys(keys)
+	byKeys := op.GetOmapValuesByKeys(keys)
+	var head *rados.GetOmapStep
+	if n > 0 {
+		head = op.GetOmapValues("", "", n)
+	}
 	if err := op.Operate(io, oid, rados.OperationNoFlag); err != nil {
 		if errors.Is(err, rados.ErrNotFound) {
-			return map[string][]byte{}, 0, nil
+			return map[string][]byte{}, map[string][]byte{}, 0, nil
 		}
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	ver, err := io.GetLastVersion()
-	if err != nil {
-		return nil, 0, err
+	if ver, err = io.GetLastVersion(); err != nil {
+		return nil, nil, 0, err
 	}
-	out := map[string][]byte{}
+	vals, first = map[string][]byte{}, map[string][]byte{}
 	for {
-		kv, err := step.Next()
+		kv, err := byKeys.Next()
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		if kv == nil {
-			return out, ver, nil
+			break
 		}
-		out[kv.Key] = kv.Value
+		vals[kv.Key] = kv.Value
 	}
+	for head != nil {
+		kv, err := head.Next()
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if kv == nil {
+			break
+		}
+		first[kv.Key] = kv.Value
+	}
+	return vals, first, ver, nil
 }
 
 // ReadAll reads every omap key of oid (up to max) with the object version; 0: no object.

@@ -158,17 +158,16 @@ func (e *env) journalKeys(t *testing.T) int {
 	return n
 }
 
-// assertEmpty checks that nothing of the driver is left in the namespace.
+// assertEmpty checks that nothing of the driver is left in the namespace: no image, stub, trash
+// entry (also of a removal in progress), journal key or journal object.
 func (e *env) assertEmpty(t *testing.T) {
 	t.Helper()
-	if imgs := e.images(t); len(imgs) != 0 {
-		t.Errorf("images left: %v", imgs)
+	left, err := cephtest.RBDLeftovers(e.io)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if tr, _ := rbd.GetTrashList(e.io); len(tr) != 0 {
-		t.Errorf("trash entries left: %+v", tr)
-	}
-	if n := e.journalKeys(t); n != 0 {
-		t.Errorf("%d journal keys left", n)
+	if len(left) != 0 {
+		t.Errorf("left in namespace %s: %v", e.ns, left)
 	}
 }
 

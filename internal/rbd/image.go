@@ -208,18 +208,3 @@ func depth(r *rados.Conn, io *rados.IOContext, name string, limit int) (int, err
 	img.Close()
 	return n, nil
 }
-
-// purgeTrashedParent removes a parent that waits in the RBD trash for its last clone; it fails
-// harmlessly (EBUSY/ENOTEMPTY) while other clones remain.
-func purgeTrashedParent(r *rados.Conn, p *rbd.ParentInfo) {
-	if p == nil || !p.Image.Trash || !strings.HasPrefix(p.Image.ImageName, volumePrefix) {
-		return
-	}
-	io, err := r.OpenIOContext(p.Image.PoolName)
-	if err != nil {
-		return
-	}
-	defer io.Destroy()
-	io.SetNamespace(p.Image.PoolNamespace)
-	_ = rbd.TrashRemove(io, p.Image.ImageID, false)
-}

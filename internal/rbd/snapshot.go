@@ -44,7 +44,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.opts.Locks.TryLock("CreateSnapshot", "rbd-snapshot-name:"+name, srcID)
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateSnapshot", "rbd-snapshot-name:"+name, srcID)
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +54,11 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, orNotFound(err, "source volume "+srcID)
 	}
 	defer p.conn.Release()
+	image := imageName(src.UID)
+	// a missing source must not leave a reservation (or a journal object) behind
+	if _, _, err := sourceSize(ctx, p.conn, source{Vol: &src}); err != nil {
+		return nil, err
+	}
 
 	rec, created, err := journal.Reserve(ctx, p.journal(), journal.Snapshot, name, map[string]string{attrSourceVolume: srcID})
 	if err != nil {
@@ -69,7 +74,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 			return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
 		}
 	}
-	image, sname := imageName(src.UID), snapName(rec.UID)
+	sname := snapName(rec.UID)
 	type cut struct {
 		size    uint64
 		created time.Time
@@ -110,6 +115,11 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return cut{size: info.Size, created: time.Unix(ts.Sec, ts.Nsec)}, nil
 	})
 	if err != nil {
+		giveBack(ctx, p, journal.Snapshot, rec, err, func(io *rados.IOContext) (bool, error) {
+			st, err := inspect(io, image)
+			_, cut := st.hasSnap(sname)
+			return cut, err
+		})
 		return nil, err
 	}
 	rec.Attrs[attrCreated] = res.created.UTC().Format(time.RFC3339Nano)
@@ -153,7 +163,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := c.opts.Locks.TryLock("DeleteSnapshot", raw, id.RBDVolume.String())
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteSnapshot", raw, id.RBDVolume.String())
 	if err != nil {
 		return nil, err
 	}

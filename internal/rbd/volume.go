@@ -2,7 +2,6 @@ package rbd
 
 import (
 	"context"
-	"errors"
 	"strconv"
 
 	"github.com/ceph/go-ceph/rados"
@@ -50,24 +49,49 @@ func parseSource(cs *csi.VolumeContentSource) (source, error) {
 	return controller.ParseSource(cs, volid.ParseRBDSnapshot, volid.ParseRBDVolume)
 }
 
-// CreateVolume reserves the name in the journal, then creates (or finishes creating) the image.
-// Every step is idempotent, so a retry after a crash at any point converges on one image.
-func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	name := req.GetName()
-	if name == "" {
-		return nil, status.Error(codes.InvalidArgument, "name is missing")
+// createRequest is a CreateVolume whose fields passed the checks that need no cluster.
+type createRequest struct {
+	name   string
+	size   int64
+	params volumeParams
+	src    source
+}
+
+// validateCreate checks everything a CreateVolume carries that can be checked without Ceph.
+func validateCreate(req *csi.CreateVolumeRequest, defaultSize int64) (createRequest, error) {
+	r := createRequest{name: req.GetName()}
+	if r.name == "" {
+		return r, status.Error(codes.InvalidArgument, "name is missing")
 	}
 	if err := support.Validate(req.GetVolumeCapabilities()); err != nil {
-		return nil, err
+		return r, err
 	}
-	size, err := volcap.Size(req.GetCapacityRange(), c.opts.DefaultSize)
+	var err error
+	if r.size, err = volcap.Size(req.GetCapacityRange(), defaultSize); err != nil {
+		return r, err
+	}
+	if r.params, err = parseVolumeParams(req.GetParameters()); err != nil {
+		return r, err
+	}
+	if r.src, err = parseSource(req.GetVolumeContentSource()); err != nil {
+		return r, err
+	}
+	if id := sourceCluster(r.src); id != "" && id != r.params.ClusterID {
+		return r, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, r.params.ClusterID)
+	}
+	return r, nil
+}
+
+// CreateVolume reserves the name in the journal, then creates (or finishes creating) the image.
+// Every step is idempotent, so a retry after a crash at any point converges on one image. What
+// can be checked is checked before the reservation, and a create that fails for good gives
+// its reservation back: a request that cannot succeed leaves nothing behind.
+func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	r, err := validateCreate(req, c.opts.DefaultSize)
 	if err != nil {
 		return nil, err
 	}
-	params, err := parseVolumeParams(req.GetParameters())
-	if err != nil {
-		return nil, err
-	}
+	name, size, params, src := r.name, r.size, r.params, r.src
 	cl, err := c.Cluster(params.ClusterID, codes.InvalidArgument, "parameters[\"clusterID\"]")
 	if err != nil {
 		return nil, err
@@ -75,14 +99,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if !params.nsSet {
 		params.Namespace = cl.RBD.RadosNamespace
 	}
-	src, err := parseSource(req.GetVolumeContentSource())
-	if err != nil {
-		return nil, err
-	}
-	if id := sourceCluster(src); id != "" && id != params.ClusterID {
-		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, params.ClusterID)
-	}
-	unlock, err := c.opts.Locks.TryLock("CreateVolume", "rbd-volume-name:"+name)
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateVolume", "rbd-volume-name:"+name)
 	if err != nil {
 		return nil, err
 	}
@@ -93,15 +110,11 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer conn.Release()
-	poolID, err := poolByName(ctx, conn, params.Pool)
-	if errors.Is(err, ceph.ErrNotFound) {
-		return nil, controller.InvalidParam(paramPool, "pool %q does not exist", params.Pool)
-	}
+	poolID, err := checkPlacement(ctx, conn, params)
 	if err != nil {
 		return nil, err
 	}
 	dst := place{conn: conn, pool: params.Pool, ns: params.Namespace}
-	// check the source before reserving: a request that cannot succeed must leave nothing behind
 	if err := checkSource(ctx, conn, src, uint64(size)); err != nil {
 		return nil, err
 	}
@@ -131,6 +144,10 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		err = ensureBlank(ctx, dst, imageName(rec.UID), uint64(size), params, created)
 	}
 	if err != nil {
+		giveBack(ctx, dst, journal.Volume, rec, err, func(io *rados.IOContext) (bool, error) {
+			st, err := inspect(io, imageName(rec.UID))
+			return st.exists, err
+		})
 		return nil, err
 	}
 	if src.String() != "" && rec.Attrs[attrState] != stateReady {
@@ -152,8 +169,74 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}}, nil
 }
 
+// checkPlacement checks that the pool, RBD namespace and data pool a volume would use exist,
+// before anything is written there (the journal would otherwise create objects in whatever
+// namespace a request names), and returns the pool's ID.
+func checkPlacement(ctx context.Context, conn *ceph.Conn, params volumeParams) (int64, error) {
+	poolID, err := poolByName(ctx, conn, params.Pool)
+	if ceph.Is(err, ceph.ErrNotFound) {
+		return 0, controller.InvalidParam(paramPool, "pool %q does not exist", params.Pool)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if params.DataPool != "" {
+		_, err := poolByName(ctx, conn, params.DataPool)
+		if ceph.Is(err, ceph.ErrNotFound) {
+			return 0, controller.InvalidParam(paramDataPool, "pool %q does not exist", params.DataPool)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if params.Namespace != "" {
+		ok, err := do(ctx, place{conn: conn, pool: params.Pool}, "look up namespace", func(io *rados.IOContext) (bool, error) {
+			return rbd.NamespaceExists(io, params.Namespace)
+		})
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			return 0, controller.InvalidParam(paramRadosNamespace, "RBD namespace %q does not exist in pool %q", params.Namespace, params.Pool)
+		}
+	}
+	return poolID, nil
+}
+
+// giveBack releases rec, the reservation of a create that failed for good (see
+// controller.Permanent), unless made finds something on Ceph made for it (by this call or by
+// one that crashed): that keeps its reservation for the CO's retry or delete. Any other
+// failure keeps it too, for the retry that resumes the create.
+func giveBack(ctx context.Context, p place, k journal.Kind, rec *journal.Record, cause error, made func(*rados.IOContext) (bool, error)) {
+	if !controller.Permanent(cause) {
+		return
+	}
+	log := klog.FromContext(ctx)
+	found, err := do(ctx, p, "inspect remains of "+rec.Name, made)
+	if err != nil || found {
+		log.V(2).Info("Keeping the reservation of a failed create", "name", rec.Name, "remains", found, "err", err)
+		return
+	}
+	if err := journal.ReleaseRecord(ctx, p.journal(), k, rec); err != nil {
+		log.Error(err, "Could not give back the reservation of a failed create", "name", rec.Name)
+	}
+}
+
 // checkSource verifies the content source exists and fits in size.
 func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) error {
+	srcSize, what, err := sourceSize(ctx, conn, src)
+	if err != nil {
+		return err
+	}
+	if srcSize > size {
+		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, srcSize)
+	}
+	return nil
+}
+
+// sourceSize returns the size of a content source (NOT_FOUND when it does not exist, or is a
+// deleted volume kept for its snapshots) and how messages name it.
+func sourceSize(ctx context.Context, conn *ceph.Conn, src source) (uint64, string, error) {
 	var poolID int64
 	var ns, image, snap, what string
 	switch {
@@ -162,13 +245,13 @@ func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) 
 	case src.Vol != nil:
 		poolID, ns, image, what = src.Vol.PoolID, src.Vol.Namespace, imageName(src.Vol.UID), "source volume "+src.Vol.String()
 	default:
-		return nil
+		return 0, "", nil
 	}
 	pool, err := poolByID(ctx, conn, poolID)
 	if err != nil {
-		return orNotFound(err, what)
+		return 0, what, orNotFound(err, what)
 	}
-	srcSize, err := do(ctx, place{conn: conn, pool: pool, ns: ns}, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
+	size, err := do(ctx, place{conn: conn, pool: pool, ns: ns}, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
 		st, err := inspect(io, image)
 		if err != nil {
 			return 0, err
@@ -185,13 +268,7 @@ func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) 
 		}
 		return s.Size, nil
 	})
-	if err != nil {
-		return err
-	}
-	if srcSize > size {
-		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, srcSize)
-	}
-	return nil
+	return size, what, err
 }
 
 func joinFeatures(fs []string) string {
@@ -404,118 +481,5 @@ func (c *Controller) clone(ctx context.Context, parent place, parentImage, snap 
 		}
 		return struct{}{}, nil
 	})
-	return err
-}
-
-// DeleteVolume removes the image, then the reservation. A volume that still has CSI snapshots is
-// kept, hidden, for them (see the package comment).
-func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	raw := req.GetVolumeId()
-	if raw == "" {
-		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
-	}
-	id, err := volid.ParseRBDVolume(raw)
-	if err != nil {
-		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
-	}
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := c.opts.Locks.TryLock("DeleteVolume", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	p, gone, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
-	if gone {
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer p.conn.Release()
-	name := imageName(id.UID)
-	rec, err := journal.Get(ctx, p.journal(), journal.Volume, id.UID)
-	if err != nil {
-		return nil, err
-	}
-	// A clone needs its parent looked up before it goes (to purge a trashed parent after);
-	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
-	// snapshots) selects the careful path. That saves opening the image in the common case.
-	careful := rec != nil && rec.Attrs[attrSource] != ""
-	_, err = doRados(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
-		if !careful {
-			err := rbd.RemoveImage(io, name)
-			kind := ceph.Wrap("", err)
-			if err == nil || isNotFound(err) {
-				return struct{}{}, nil
-			}
-			if !errors.Is(kind, ceph.ErrBusy) && !errors.Is(kind, ceph.ErrNotEmpty) {
-				return struct{}{}, err
-			}
-		}
-		return struct{}{}, deleteImage(r, io, name, true)
-	})
-	if err != nil {
-		return nil, err
-	}
-	faultpoint.Hit("rbd.DeleteVolume.image")
-	if rec != nil {
-		err = journal.ReleaseRecord(ctx, p.journal(), journal.Volume, rec)
-	} else {
-		err = journal.Release(ctx, p.journal(), journal.Volume, id.UID)
-	}
-	if err != nil {
-		return nil, err
-	}
-	klog.FromContext(ctx).V(2).Info("Volume deleted", "image", p.String()+"/"+name)
-	return &csi.DeleteVolumeResponse{}, nil
-}
-
-// deleteImage removes a volume's image, or keeps it hidden while CSI snapshots of it exist
-// (hide=true, DeleteVolume), or leaves it alone then (hide=false, after DeleteSnapshot of a
-// hidden image). Images held only by clones of trashed snapshots go to the RBD trash.
-func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) error {
-	st, err := inspect(io, name)
-	if err != nil || !st.exists {
-		return err
-	}
-	if st.watches > 0 {
-		return status.Errorf(codes.FailedPrecondition, "image %s is in use: %d client(s) have it open or mapped", name, st.watches)
-	}
-	img, err := rbd.OpenImage(io, name, rbd.NoSnapshot)
-	if err != nil {
-		return err
-	}
-	// transient snapshots of interrupted PVC-PVC clones
-	for _, s := range st.snaps {
-		if len(s.Name) > len(clonePrefix) && s.Name[:len(clonePrefix)] == clonePrefix {
-			if err := img.GetSnapshot(s.Name).Remove(); err != nil && !isNotFound(err) {
-				img.Close()
-				return err
-			}
-		}
-	}
-	if len(st.csiSnapshots()) > 0 {
-		if hide && !st.deleted {
-			err = img.SetMetadata(metaDeleted, metaDeletedTrue)
-		}
-		img.Close()
-		return err
-	}
-	if err := img.Close(); err != nil {
-		return err
-	}
-	err = rbd.RemoveImage(io, name)
-	switch {
-	case err == nil || isNotFound(err):
-		purgeTrashedParent(r, st.parent)
-		return nil
-	case errors.Is(ceph.Wrap("", err), ceph.ErrNotEmpty):
-		// snapshots in the trash namespace still back clones: the RBD trash keeps the image
-		// for them, and purgeTrashedParent removes it with the last clone
-		return rbd.GetImage(io, name).Trash(0)
-	}
 	return err
 }

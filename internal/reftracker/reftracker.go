@@ -74,36 +74,20 @@ func (s State) has(ref string) bool {
 // guarded by the version read; it retries when it loses a race.
 func update(ctx context.Context, loc Location, id, op string, decide func(State) (*radosop.Change, error)) (State, error) {
 	oid := ObjectName(id)
-	unlock, err := radosop.Lock(ctx, loc, oid)
-	if err != nil {
-		return State{}, err
-	}
-	defer unlock()
-	return radosop.With(ctx, loc, op, func(io *rados.IOContext) (State, error) {
-		for attempt := range radosop.MaxAttempts {
-			vals, ver, err := radosop.ReadAll(io, oid, maxRefs+1)
-			if err != nil {
-				return State{}, err
-			}
-			st, err := parse(vals, ver)
-			if err != nil {
-				return st, err
-			}
-			change, err := decide(st)
-			if err != nil || change == nil {
-				return st, err
-			}
-			err = radosop.Write(io, oid, ver, *change)
-			if radosop.Lost(err) {
-				radosop.Backoff(attempt)
-				continue
-			}
-			if err != nil {
-				return st, err
-			}
-			return after(st, *change), nil
+	return radosop.Update(ctx, loc, op, oid, func(io *rados.IOContext) (*radosop.Change, uint64, State, error) {
+		vals, ver, err := radosop.ReadAll(io, oid, maxRefs+1)
+		if err != nil {
+			return nil, 0, State{}, err
 		}
-		return State{}, radosop.ErrConflict
+		st, err := parse(vals, ver)
+		if err != nil {
+			return nil, 0, st, err
+		}
+		change, err := decide(st)
+		if err != nil || change == nil {
+			return nil, ver, st, err
+		}
+		return change, ver, after(st, *change), nil
 	})
 }
 

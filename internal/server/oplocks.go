@@ -1,7 +1,10 @@
 package server
 
 import (
+	"context"
 	"sync"
+
+	"github.com/monoceph/monoceph/internal/linger"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -46,6 +49,37 @@ func (l *OpLocks) TryLock(op string, keys ...string) (unlock func(), err error) 
 			l.mu.Unlock()
 		})
 	}, nil
+}
+
+// TryLockContext is TryLock for an operation whose Ceph calls may outlive it: the returned
+// context lets a call abandoned at the deadline keep the keys (see package linger), so they
+// are free again only once the caller has unlocked and every such call has ended. A retry
+// meanwhile gets ABORTED instead of racing the abandoned call.
+func (l *OpLocks) TryLockContext(ctx context.Context, op string, keys ...string) (context.Context, func(), error) {
+	unlock, err := l.TryLock(op, keys...)
+	if err != nil {
+		return ctx, nil, err
+	}
+	var mu sync.Mutex
+	refs := 1
+	drop := func() {
+		mu.Lock()
+		refs--
+		last := refs == 0
+		mu.Unlock()
+		if last {
+			unlock()
+		}
+	}
+	hold := func() func() {
+		mu.Lock()
+		refs++
+		mu.Unlock()
+		var once sync.Once
+		return func() { once.Do(drop) }
+	}
+	var once sync.Once
+	return linger.With(ctx, hold), func() { once.Do(drop) }, nil
 }
 
 // Held reports how many keys are locked.

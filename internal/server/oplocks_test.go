@@ -1,10 +1,12 @@
 package server
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/monoceph/monoceph/internal/linger"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -83,5 +85,29 @@ func TestOpLocksMutualExclusion(t *testing.T) {
 	}
 	if l.Held() != 0 {
 		t.Fatal("locks leaked")
+	}
+}
+
+func TestTryLockContextLingers(t *testing.T) {
+	l := NewOpLocks()
+	ctx, unlock, err := l.TryLockContext(context.Background(), "DeleteVolume", "vol-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned := linger.Hold(ctx) // a Ceph call still running after the RPC gave up
+	unlock()
+	unlock()
+	if _, _, err := l.TryLockContext(context.Background(), "DeleteVolume", "vol-1"); status.Code(err) != codes.Aborted {
+		t.Fatalf("retry while the abandoned call runs: err = %v, want Aborted", err)
+	}
+	abandoned()
+	abandoned()
+	if l.Held() != 0 {
+		t.Fatalf("held = %d after the abandoned call ended, want 0", l.Held())
+	}
+	if _, u, err := l.TryLockContext(context.Background(), "DeleteVolume", "vol-1"); err != nil {
+		t.Fatalf("retry after the abandoned call ended: %v", err)
+	} else {
+		u()
 	}
 }

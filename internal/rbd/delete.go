@@ -1,0 +1,265 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+)
+
+// DeleteVolume removes the image, then a parent the RBD trash kept only for it, then the
+// reservation. A volume that still has CSI snapshots is kept, hidden, for them (see the package
+// comment). It answers OK only once nothing of the image is left: no header, no directory
+// entry or id object, no trash entry of a removal in progress. Otherwise it answers an error,
+// so the CO retries.
+func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	raw := req.GetVolumeId()
+	if raw == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
+	}
+	id, err := volid.ParseRBDVolume(raw)
+	if err != nil {
+		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
+	}
+	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
+	if err != nil {
+		return nil, err
+	}
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteVolume", raw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	p, gone, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
+	if gone {
+		return &csi.DeleteVolumeResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer p.conn.Release()
+	name := imageName(id.UID)
+	rec, err := journal.Get(ctx, p.journal(), journal.Volume, id.UID)
+	if err != nil {
+		return nil, err
+	}
+	// A clone needs its parent looked up before it goes (to purge a trashed parent after);
+	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
+	// snapshots) selects the careful path. That saves opening the image in the common case.
+	careful := rec != nil && rec.Attrs[attrSource] != ""
+	_, err = doRados(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
+		if !careful {
+			err := rbd.RemoveImage(io, name)
+			if err == nil || isNotFound(err) {
+				return struct{}{}, ensureRemoved(io, name)
+			}
+			if !ceph.Is(err, ceph.ErrBusy) && !ceph.Is(err, ceph.ErrNotEmpty) {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, deleteImage(r, io, name, true)
+	})
+	if err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("rbd.DeleteVolume.image")
+	if rec != nil {
+		// the parent's location comes from the journal, not from the clone: a retry after a
+		// crash right after the clone went must still find it
+		if err := c.purgeSourceParent(ctx, p, rec.Attrs[attrSource]); err != nil {
+			return nil, err
+		}
+		err = journal.ReleaseRecord(ctx, p.journal(), journal.Volume, rec)
+	} else {
+		err = journal.Release(ctx, p.journal(), journal.Volume, id.UID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume deleted", "image", p.String()+"/"+name)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// deleteImage removes a volume's image, or keeps it hidden while CSI snapshots of it exist
+// (hide=true, DeleteVolume), or leaves it alone then (hide=false, after DeleteSnapshot of a
+// hidden image). Images held only by clones of trashed snapshots go to the RBD trash.
+func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) error {
+	st, err := inspect(io, name)
+	if err != nil {
+		return err
+	}
+	if !st.exists {
+		// not openable by name, yet there may be remains: an image a killed client was
+		// removing (in the trash, source "removing"), or a stub without a header. librbd's
+		// remove by name resumes both.
+		if err := rbd.RemoveImage(io, name); err != nil && !isNotFound(err) && !ceph.Is(err, ceph.ErrBusy) {
+			return err
+		}
+		return ensureRemoved(io, name)
+	}
+	if st.watches > 0 {
+		return status.Errorf(codes.FailedPrecondition, "image %s is in use: %d client(s) have it open or mapped", name, st.watches)
+	}
+	img, err := rbd.OpenImage(io, name, rbd.NoSnapshot)
+	if err != nil {
+		return err
+	}
+	// transient snapshots of interrupted PVC-PVC clones
+	for _, s := range st.snaps {
+		if strings.HasPrefix(s.Name, clonePrefix) {
+			if err := img.GetSnapshot(s.Name).Remove(); err != nil && !isNotFound(err) {
+				img.Close()
+				return err
+			}
+		}
+	}
+	if len(st.csiSnapshots()) > 0 {
+		if hide && !st.deleted {
+			err = img.SetMetadata(metaDeleted, metaDeletedTrue)
+		}
+		img.Close()
+		return err
+	}
+	if err := img.Close(); err != nil {
+		return err
+	}
+	err = rbd.RemoveImage(io, name)
+	switch {
+	case err == nil || isNotFound(err):
+		if err := ensureRemoved(io, name); err != nil {
+			return err
+		}
+		return purgeTrashed(r, parentImage(st.parent))
+	case ceph.Is(err, ceph.ErrNotEmpty):
+		// snapshots in the trash namespace still back clones: the RBD trash keeps the image
+		// for them, and the last clone's DeleteVolume removes it (purgeTrashed)
+		return rbd.GetImage(io, name).Trash(0)
+	}
+	return err
+}
+
+// ensureRemoved checks that nothing of image name is left after librbd reported it removed or
+// missing. A removal cut short by a killed client leaves the image in the trash under the
+// source "removing" (hidden from rbd_trash_list) with the dead client's watch on it until the
+// OSDs expire it (30 s); the next rbd_remove by name completes it.
+func ensureRemoved(io *rados.IOContext, name string) error {
+	pending, err := trashedAs(io, name, trashSourceRemoving)
+	if err != nil {
+		return err
+	}
+	if len(pending) > 0 {
+		return status.Errorf(codes.Unavailable, "image %s (id %s) is still being removed: a client that was removing it died with it open, and its watch expires within 30 s; retry",
+			name, pending[0].ID)
+	}
+	if _, err := io.Stat(idObject(name)); err == nil {
+		return status.Errorf(codes.Unavailable, "image %s still has its id object after removal (a removal is running or was cut short); retry", name)
+	} else if !errors.Is(err, rados.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// idObject is the object mapping an RBD v2 image's name to its ID.
+func idObject(name string) string { return "rbd_id." + name }
+
+// trashedImage names an image the RBD trash may hold for clones of its trashed snapshots.
+type trashedImage struct {
+	pool, ns, name string
+	poolID         int64 // resolved to pool when pool is empty
+}
+
+// parentImage is a clone's parent, when it sits in the trash and is one of ours.
+func parentImage(p *rbd.ParentInfo) *trashedImage {
+	if p == nil || !p.Image.Trash || !strings.HasPrefix(p.Image.ImageName, volumePrefix) {
+		return nil
+	}
+	return &trashedImage{pool: p.Image.PoolName, ns: p.Image.PoolNamespace, name: p.Image.ImageName}
+}
+
+// sourceImage is the image a volume was cloned from, read from its journal attribute: the
+// source snapshot's image, or the source volume's.
+func sourceImage(attr string) *trashedImage {
+	kind, raw, ok := strings.Cut(attr, ":")
+	if !ok {
+		return nil
+	}
+	var v volid.RBDVolume
+	switch kind {
+	case "snapshot":
+		s, err := volid.ParseRBDSnapshot(raw)
+		if err != nil {
+			return nil
+		}
+		v = s.RBDVolume
+	case "volume":
+		var err error
+		if v, err = volid.ParseRBDVolume(raw); err != nil {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return &trashedImage{poolID: v.PoolID, ns: v.Namespace, name: imageName(v.UID)}
+}
+
+// purgeSourceParent removes the image a clone came from when the RBD trash kept it only for
+// clones and the last of them is gone.
+func (c *Controller) purgeSourceParent(ctx context.Context, p place, sourceAttr string) error {
+	t := sourceImage(sourceAttr)
+	if t == nil {
+		return nil
+	}
+	_, err := ceph.Call(ctx, p.conn, "purge trashed parent "+t.name, func(r *rados.Conn) (struct{}, error) {
+		if t.pool == "" {
+			pool, err := r.GetPoolByID(t.poolID)
+			if isNotFound(err) {
+				return struct{}{}, nil
+			}
+			if err != nil {
+				return struct{}{}, err
+			}
+			t.pool = pool
+		}
+		return struct{}{}, purgeTrashed(r, t)
+	})
+	return err
+}
+
+// purgeTrashed removes t from the RBD trash where Trash(0) put it. While other clones still
+// need it, librbd refuses (ENOTEMPTY: trashed snapshots with children; EBUSY: open), which is
+// fine: the last clone's deletion comes back here.
+func purgeTrashed(r *rados.Conn, t *trashedImage) error {
+	if t == nil {
+		return nil
+	}
+	io, err := r.OpenIOContext(t.pool)
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer io.Destroy()
+	io.SetNamespace(t.ns)
+	kept, err := trashedAs(io, t.name, trashSourceUser)
+	if err != nil {
+		return err
+	}
+	for _, e := range kept {
+		err := rbd.TrashRemove(io, e.ID, false)
+		if err != nil && !isNotFound(err) && !ceph.Is(err, ceph.ErrNotEmpty) && !ceph.Is(err, ceph.ErrBusy) {
+			return err
+		}
+	}
+	return nil
+}
