@@ -1,7 +1,6 @@
 package mount
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/monoceph/monoceph/internal/hostexec"
@@ -164,81 +162,11 @@ func (f *Fuse) Release(ctx context.Context, workDir string) error {
 // stop waits up to grace for the daemons of workDir to exit, then sends SIGTERM and, two
 // seconds later, SIGKILL.
 func (f *Fuse) stop(ctx context.Context, workDir string, grace time.Duration) error {
-	asok := FuseSocket(workDir)
-	steps := []struct {
-		sig  syscall.Signal
-		wait time.Duration
-	}{{0, grace}, {syscall.SIGTERM, 2 * time.Second}, {syscall.SIGKILL, 2 * time.Second}}
-	for _, step := range steps {
-		pids, err := FuseDaemons(f.proc, asok)
-		if err != nil || len(pids) == 0 {
-			return err
-		}
-		for _, pid := range pids {
-			if step.sig != 0 {
-				_ = syscall.Kill(pid, step.sig)
-			}
-		}
-		err = f.waitGone(ctx, asok, step.wait)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-	}
-	pids, _ := FuseDaemons(f.proc, asok)
-	return fmt.Errorf("ceph-fuse daemons %v of %s do not exit", pids, asok)
+	return hostexec.StopDaemons(ctx, f.proc, "ceph-fuse", "--admin_socket="+FuseSocket(workDir), grace)
 }
 
-func (f *Fuse) waitGone(ctx context.Context, asok string, wait time.Duration) error {
-	deadline := time.Now().Add(wait)
-	for {
-		pids, err := FuseDaemons(f.proc, asok)
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ceph-fuse %v still running", pids)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// FuseDaemons returns the ceph-fuse processes started with admin socket asok, found by their
-// command line in proc (normally /proc). The daemon is not a child of this process (the
-// helper forks it and exits), so this is how it is found again, also after a restart. A
-// process that exited but was not reaped yet has an empty command line and does not count.
+// FuseDaemons returns the ceph-fuse processes started with admin socket asok (see
+// hostexec.Daemons).
 func FuseDaemons(proc, asok string) ([]int, error) {
-	entries, err := os.ReadDir(proc)
-	if err != nil {
-		return nil, err
-	}
-	want := []byte("--admin_socket=" + asok)
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join(proc, e.Name(), "cmdline"))
-		if err != nil || len(cmdline) == 0 {
-			continue // gone meanwhile, or a zombie
-		}
-		argv := bytes.Split(bytes.TrimRight(cmdline, "\x00"), []byte{0})
-		if filepath.Base(string(argv[0])) != "ceph-fuse" {
-			continue
-		}
-		for _, a := range argv[1:] {
-			if bytes.Equal(a, want) {
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids, nil
+	return hostexec.Daemons(proc, "ceph-fuse", "--admin_socket="+asok)
 }

@@ -63,7 +63,7 @@ func TestFuseLifecycle(t *testing.T) {
 	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.waitGone(ctx, FuseSocket(a.WorkDir), 5*time.Second); err != nil {
+	if err := hostexec.StopDaemons(ctx, "/proc", "ceph-fuse", "--admin_socket="+FuseSocket(a.WorkDir), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if state, _, err := Inspect(ctx, a.Target, 5*time.Second); err != nil || state != Broken {

@@ -237,6 +237,12 @@ func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
 	if err := f.unmount(ctx, dir); err != nil {
 		return err
 	}
+	// the daemon closes the image (dropping its watch) only as it exits after the unmount;
+	// answering before that makes the image look in use to the DeleteVolume or attach that
+	// follows an unstage
+	if err := hostexec.StopDaemons(ctx, "/proc", "rbd-fuse", dir, 10*time.Second); err != nil {
+		return err
+	}
 	if err := ignoreNotExist(os.Remove(dir)); err != nil {
 		return err
 	}

@@ -137,9 +137,30 @@ func TestFuseAttach(t *testing.T) {
 		t.Fatalf("Refresh = %d, %v; want %d", size, err, 48<<20)
 	}
 
-	for range 2 {
+	for i := range 2 {
 		if err := f.Detach(ctx, a); err != nil {
 			t.Fatal(err)
+		}
+		if i > 0 {
+			continue
+		}
+		// released as Detach returns: a DeleteVolume or an attach elsewhere right after an
+		// unstage must not find the image in use
+		if pids, err := hostexec.Daemons("/proc", "rbd-fuse", fuse); err != nil || len(pids) != 0 {
+			t.Fatalf("rbd-fuse %v (%v) still running after Detach", pids, err)
+		}
+		var watchers int
+		if err := onImage(func(io *rados.IOContext) error {
+			img, err := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
+			if err != nil {
+				return err
+			}
+			defer img.Close()
+			w, err := img.ListWatchers()
+			watchers = len(w)
+			return err
+		}); err != nil || watchers != 0 {
+			t.Fatalf("after Detach the image has %d watchers (%v), want 0", watchers, err)
 		}
 	}
 	if m, _ := hostmount.MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, name) {
