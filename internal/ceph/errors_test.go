@@ -64,3 +64,22 @@ func TestWrapPositiveErrno(t *testing.T) {
 		t.Fatalf("Wrap(+110) = %v, not ErrTimeout", err)
 	}
 }
+
+func TestRetire(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{Wrap("op", fakeErrno(-108)), true}, // blocklisted
+		{Wrap("op", fakeErrno(-110)), true}, // rados_osd_op_timeout / rados_mon_op_timeout
+		{Wrap("op", fakeErrno(-2)), false},
+		{Wrap("op", fakeErrno(-16)), false},
+		{Wrap("op", context.DeadlineExceeded), false}, // the caller's deadline says nothing about the connection
+		{nil, false},
+	}
+	for _, tt := range tests {
+		if got := retire(tt.err); got != tt.want {
+			t.Errorf("retire(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
