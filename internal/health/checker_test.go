@@ -55,9 +55,9 @@ func TestHealthz(t *testing.T) {
 		code     int
 		body     []string
 	}{
-		{"all up", v1.ClusterMap{{ClusterID: "a", Monitors: []string{v1mon}}, {ClusterID: "b", Monitors: []string{v2mon}}}, 200, []string{"2 clusters reachable"}},
+		{"all up", v1.ClusterMap{{ClusterID: "a", Monitors: []string{v1mon}}, {ClusterID: "b", Monitors: []string{v2mon}}}, 200, []string{"2 clusters reachable", "checked: a monitor of each cluster", "not checked: quorum, OSDs"}},
 		{"one of three monitors is enough", v1.ClusterMap{{ClusterID: "a", Monitors: []string{dead, silent, v1mon}}}, 200, nil},
-		{"dead", v1.ClusterMap{{ClusterID: "a", Monitors: []string{v1mon}}, {ClusterID: "down", Monitors: []string{dead}}}, 503, []string{"unreachable clusters: down", "connection refused"}},
+		{"dead", v1.ClusterMap{{ClusterID: "a", Monitors: []string{v1mon}}, {ClusterID: "down", Monitors: []string{dead}}}, 503, []string{"unreachable clusters: down", "connection refused", "not checked: quorum, OSDs"}},
 		{"not ceph", v1.ClusterMap{{ClusterID: "web", Monitors: []string{httpd}}}, 503, []string{"unreachable clusters: web", "does not speak the Ceph protocol"}},
 		{"silent", v1.ClusterMap{{ClusterID: "hung", Monitors: []string{silent}}}, 503, []string{"unreachable clusters: hung"}},
 		{"address vector", v1.ClusterMap{{ClusterID: "vec", Monitors: []string{"[v2:" + dead + ",v1:" + v1mon + "]"}}}, 200, nil},
