@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -252,7 +252,7 @@ func (e *env) stepChangedBlocks() {
 		e.t.Fatal(err)
 	}
 	image := e.rbdImage(pv)
-	diff, err := e.cephCmd("rbd", "diff", "--format", "json", "--from-snap", rbd.SnapshotName(h1.SnapUID), image+"@"+rbd.SnapshotName(h2.SnapUID))
+	diff, err := e.cephCmd("rbd", "diff", "--format", "json", "--from-snap", rbdname.Snapshot(h1.SnapUID), image+"@"+rbdname.Snapshot(h2.SnapUID))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
-	"github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -96,7 +96,7 @@ func (e *env) rbdImage(pv *corev1.PersistentVolume) string {
 	if id.Namespace != "" {
 		spec += id.Namespace + "/"
 	}
-	return spec + rbd.ImageName(id.UID)
+	return spec + rbdname.Image(id.UID)
 }
 
 // rbdSize is the size of an RBD image in bytes, or an error when it does not exist.

@@ -102,7 +102,7 @@ func (c *Controller) ensureGroup(clusterID string, s site, group string) error {
 		return nil
 	}
 	if err := s.admin.CreateSubVolumeGroup(s.fs.Name, group, nil); err != nil {
-		return classify("create subvolume group "+group, err)
+		return ceph.Wrap("create subvolume group "+group, err)
 	}
 	c.groupsMu.Lock()
 	c.groups[key] = true

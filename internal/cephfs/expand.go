@@ -67,7 +67,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: cur}, nil
 	}
 	if _, err := s.admin.ResizeSubVolume(s.fs.Name, rec.Attrs[attrGroup], subvolumeName(rec.UID), admin.ByteCount(size), true); err != nil {
-		return nil, classify("resize", err)
+		return nil, ceph.Wrap("resize", err)
 	}
 	rec.Attrs[attrSize] = strconv.FormatInt(size, 10)
 	if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
@@ -91,7 +91,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 			if isNotFound(err) {
 				return nil, controller.NotFoundf("volume %q does not exist", req.GetVolumeId())
 			}
-			return nil, classify("get path", err)
+			return nil, ceph.Wrap("get path", err)
 		}
 	}
 	if reason := support.Check(req.GetVolumeCapabilities()); reason != "" {

@@ -3,7 +3,6 @@ package cephfs
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -154,16 +153,4 @@ func (c *Controller) openSite(ctx context.Context, cl v1.Cluster, secrets map[st
 	return site{conn: conn, mgr: mgr, fs: fs, admin: admin.NewFromConn(ceph.NewCommander(ctx, mgr)), namespace: journalNamespace(cl)}, nil
 }
 
-// classify gives a volumes-module error its class (go-ceph wraps the errno).
-func classify(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	var ce *ceph.Error
-	if errors.As(err, &ce) {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	return ceph.Wrap(op, err)
-}
-
-func isNotFound(err error) bool { return errors.Is(classify("", err), ceph.ErrNotFound) }
+func isNotFound(err error) bool { return ceph.Is(err, ceph.ErrNotFound) }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
@@ -122,7 +123,7 @@ func (c *Controller) createShallow(ctx context.Context, s site, r request, b bac
 		if isNotFound(err) {
 			return nil, c.abandonShallow(ctx, s, rec, b, "its snapshot no longer exists")
 		}
-		return nil, classify("check snapshot", err)
+		return nil, ceph.Wrap("check snapshot", err)
 	}
 	rec.Attrs[attrState] = stateReady
 	if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
@@ -193,7 +194,7 @@ func (c *Controller) releaseSnapshotRef(ctx context.Context, s site, rec *journa
 	case err == nil && info.HasPendingClones == "yes":
 		return status.Errorf(codes.FailedPrecondition, "snapshot %s@%s has pending clones", b.subvolume, b.snapshot)
 	case err != nil && !isNotFound(err):
-		return classify("snapshot info", err)
+		return ceph.Wrap("snapshot info", err)
 	}
 	st, err := reftracker.Get(ctx, s.journal(), b.snapUID)
 	if err != nil {

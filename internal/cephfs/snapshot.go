@@ -87,8 +87,8 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	}
 	group, sub, snap := rec.Attrs[attrGroup], rec.Attrs[attrSubvolume], snapName(rec.UID)
 	err = s.admin.CreateSubVolumeSnapshot(s.fs.Name, group, sub, snap)
-	if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
-		err = classify("snapshot "+sub, err)
+	if err != nil && !ceph.Is(err, ceph.ErrExists) {
+		err = ceph.Wrap("snapshot "+sub, err)
 		if isNotFound(err) {
 			// the subvolume went away after the journal said it was there: no snapshot was
 			// cut, so its tracker and reservation go too
@@ -99,7 +99,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	faultpoint.Hit("cephfs.CreateSnapshot.cut")
 	info, err := s.admin.SubVolumeSnapshotInfo(s.fs.Name, group, sub, snap)
 	if err != nil {
-		return nil, classify("snapshot info", err)
+		return nil, ceph.Wrap("snapshot info", err)
 	}
 	// the volumes module prints local time without a zone; the mgr runs in UTC in containers
 	rec.Attrs[attrCreated] = info.CreatedAt.UTC().Format(time.RFC3339Nano)
@@ -189,14 +189,14 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 // FAILED_PRECONDITION, as the CSI spec asks for a snapshot in use.
 func removeCephSnapshot(s site, group, sub, snap string) error {
 	err := s.admin.RemoveSubVolumeSnapshot(s.fs.Name, group, sub, snap)
-	switch kind := classify("", err); {
+	switch kind := ceph.Wrap("", err); {
 	case err == nil || errors.Is(kind, ceph.ErrNotFound):
 		return nil
 	case errors.Is(kind, ceph.ErrUnavailable) || errors.Is(kind, ceph.ErrBusy):
 		// the volumes module answers EAGAIN while clones of the snapshot are pending
 		return status.Errorf(codes.FailedPrecondition, "snapshot %s@%s has pending clones: %v", sub, snap, err)
 	}
-	return classify("remove snapshot "+sub+"@"+snap, err)
+	return ceph.Wrap("remove snapshot "+sub+"@"+snap, err)
 }
 
 // ListSnapshots reads the snapshot journals of the filesystems involved.

@@ -175,7 +175,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		case r.src.Snap != nil || r.src.Vol != nil:
 			err = c.ensureClone(ctx, s, rec, srcInfo, uint64(r.size))
 		default:
-			err = classify("create subvolume "+name, s.admin.CreateSubVolume(fs.Name, group, name,
+			err = ceph.Wrap("create subvolume "+name, s.admin.CreateSubVolume(fs.Name, group, name,
 				&admin.SubVolumeOptions{Size: admin.ByteCount(r.size), PoolLayout: rec.Attrs[attrPool]}))
 			if isNotFound(err) { // the group went away behind our cache
 				c.forgetGroup(r.params.ClusterID, s, group)
@@ -188,7 +188,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		faultpoint.Hit("cephfs.CreateVolume.subvolume")
 		path, err := s.admin.SubVolumePath(fs.Name, group, name)
 		if err != nil {
-			return nil, classify("get path of "+name, err)
+			return nil, ceph.Wrap("get path of "+name, err)
 		}
 		rec.Attrs[attrRootPath], rec.Attrs[attrState] = path, stateReady
 		if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
@@ -317,8 +317,8 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 	if src.transient {
 		src.snapshot = cloneSnap(rec.UID)
 		err := s.admin.CreateSubVolumeSnapshot(fs, src.group, src.subvolume, src.snapshot)
-		if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
-			return classify("snapshot source "+src.subvolume, err)
+		if err != nil && !ceph.Is(err, ceph.ErrExists) {
+			return ceph.Wrap("snapshot source "+src.subvolume, err)
 		}
 		faultpoint.Hit("cephfs.CreateVolume.clone-snapshot")
 	}
@@ -326,14 +326,14 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 	if isNotFound(err) {
 		err = s.admin.CloneSubVolumeSnapshot(fs, src.group, src.subvolume, src.snapshot, name,
 			&admin.CloneOptions{TargetGroup: group, PoolLayout: rec.Attrs[attrPool]})
-		if err != nil && !errors.Is(classify("", err), ceph.ErrExists) {
-			return classify("clone "+src.subvolume+"@"+src.snapshot, err)
+		if err != nil && !ceph.Is(err, ceph.ErrExists) {
+			return ceph.Wrap("clone "+src.subvolume+"@"+src.snapshot, err)
 		}
 		faultpoint.Hit("cephfs.CreateVolume.clone-started")
 		st, err = s.admin.CloneStatus(fs, group, name)
 	}
 	if err != nil {
-		return classify("clone status of "+name, err)
+		return ceph.Wrap("clone status of "+name, err)
 	}
 	// wait a little, within the RPC's deadline, for a clone that is about to finish
 	wait := time.Now().Add(c.opts.CloneWait)
@@ -343,11 +343,11 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 	for (st.State == admin.ClonePending || st.State == admin.CloneInProgress) && time.Now().Before(wait) {
 		select {
 		case <-ctx.Done():
-			return classify("wait for clone", ctx.Err())
+			return ceph.Wrap("wait for clone", ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 		if st, err = s.admin.CloneStatus(fs, group, name); err != nil {
-			return classify("clone status of "+name, err)
+			return ceph.Wrap("clone status of "+name, err)
 		}
 	}
 	switch st.State {
@@ -361,17 +361,17 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 			reason += ": " + f.ErrStr
 		}
 		if err := s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{Force: true}); err != nil && !isNotFound(err) {
-			return classify("remove failed clone "+name, err)
+			return ceph.Wrap("remove failed clone "+name, err)
 		}
 		return status.Errorf(codes.Internal, "cloning volume %q failed (%s); the partial clone was removed and a retry starts over", rec.Name, reason)
 	}
 	if _, err := s.admin.ResizeSubVolume(fs, group, name, admin.ByteCount(size), true); err != nil {
-		return classify("resize "+name, err)
+		return ceph.Wrap("resize "+name, err)
 	}
 	if src.transient {
 		err := s.admin.RemoveSubVolumeSnapshot(fs, src.group, src.subvolume, src.snapshot)
 		if err != nil && !isNotFound(err) {
-			return classify("remove transient snapshot", err)
+			return ceph.Wrap("remove transient snapshot", err)
 		}
 	}
 	return nil
@@ -431,27 +431,27 @@ func removeSubvolume(s site, rec *journal.Record) error {
 	if rec.Attrs[attrSource] != "" && rec.Attrs[attrState] != stateReady {
 		if st, err := s.admin.CloneStatus(fs, group, name); err == nil && (st.State == admin.ClonePending || st.State == admin.CloneInProgress) {
 			if err := s.admin.CancelClone(fs, group, name); err != nil && !isNotFound(err) {
-				return classify("cancel clone "+name, err)
+				return ceph.Wrap("cancel clone "+name, err)
 			}
 		}
 		if sub := rec.Attrs[attrSrcSubvolume]; sub != "" {
 			err := s.admin.RemoveSubVolumeSnapshot(fs, rec.Attrs[attrSrcGroup], sub, cloneSnap(rec.UID))
 			if err != nil && !isNotFound(err) {
-				return classify("remove transient snapshot", err)
+				return ceph.Wrap("remove transient snapshot", err)
 			}
 		}
 	}
 	err := s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{})
-	if errors.Is(classify("", err), ceph.ErrNotEmpty) {
+	if ceph.Is(err, ceph.ErrNotEmpty) {
 		// snapshots (CSI ones, or a transient one a running clone copies from) must survive:
 		// the subvolume goes, its snapshots stay, and Ceph purges it with the last of them
 		err = s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{RetainSnapshots: true})
 	}
-	if errors.Is(classify("", err), ceph.ErrBusy) || errors.Is(classify("", err), ceph.ErrUnavailable) {
+	if ceph.Is(err, ceph.ErrBusy) || ceph.Is(err, ceph.ErrUnavailable) {
 		err = s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{Force: true})
 	}
 	if err != nil && !isNotFound(err) {
-		return classify("remove subvolume "+name, err)
+		return ceph.Wrap("remove subvolume "+name, err)
 	}
 	return nil
 }

@@ -27,9 +27,21 @@ const MaxAttempts = 16
 // ErrConflict is returned when concurrent writers kept winning.
 var ErrConflict = ceph.NewError("update", ceph.ErrConflict, "lost the race against concurrent updates too often")
 
+func (l Location) String() string {
+	if l.Namespace == "" {
+		return l.Pool
+	}
+	return l.Pool + "/" + l.Namespace
+}
+
 // With runs fn on a fresh IOContext for loc under ctx: IOContext.GetLastVersion is per
 // IOContext, so every versioned operation gets its own.
 func With[T any](ctx context.Context, loc Location, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
+	return WithConn(ctx, loc, op, func(_ *rados.Conn, io *rados.IOContext) (T, error) { return fn(io) })
+}
+
+// WithConn is With for work that also opens other pools (a clone's parent, a trashed parent).
+func WithConn[T any](ctx context.Context, loc Location, op string, fn func(*rados.Conn, *rados.IOContext) (T, error)) (T, error) {
 	return ceph.Call(ctx, loc.Conn, op, func(r *rados.Conn) (T, error) {
 		var zero T
 		io, err := r.OpenIOContext(loc.Pool)
@@ -38,7 +50,7 @@ func With[T any](ctx context.Context, loc Location, op string, fn func(*rados.IO
 		}
 		defer io.Destroy()
 		io.SetNamespace(loc.Namespace)
-		return fn(io)
+		return fn(r, io)
 	})
 }
 
@@ -162,5 +174,5 @@ func Backoff(n int) {
 // Lost reports whether err means another writer changed the object first (a failed version
 // assertion, or an exclusive create of an object that appeared meanwhile).
 func Lost(err error) bool {
-	return errors.Is(ceph.Wrap("", err), ceph.ErrConflict) || errors.Is(err, rados.ErrObjectExists)
+	return ceph.Is(err, ceph.ErrConflict) || errors.Is(err, rados.ErrObjectExists)
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 
 	"github.com/ceph/go-ceph/rados"
-
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volcap"
 )
@@ -96,20 +96,20 @@ func poolByName(ctx context.Context, conn *ceph.Conn, name string) (int64, error
 	return ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (int64, error) { return r.GetPoolByName(name) })
 }
 
-// placeOf connects with the RPC's secrets and resolves a pool ID from an ID. gone reports a
-// pool that no longer exists (so neither does anything in it); the caller releases p.conn
+// locate connects with the RPC's secrets and resolves a pool ID from an ID. gone reports a
+// pool that no longer exists (so neither does anything in it); the caller releases p.Conn
 // unless gone or err.
-func (c *Controller) placeOf(ctx context.Context, cl v1.Cluster, poolID int64, ns string, secrets map[string]string) (p place, gone bool, err error) {
+func (c *Controller) locate(ctx context.Context, cl v1.Cluster, poolID int64, ns string, secrets map[string]string) (p radosop.Location, gone bool, err error) {
 	conn, err := c.Connect(ctx, cl, secrets)
 	if err != nil {
-		return place{}, false, err
+		return radosop.Location{}, false, err
 	}
 	pool, err := poolByID(ctx, conn, poolID)
 	if err != nil {
 		conn.Release()
-		return place{}, errors.Is(err, ceph.ErrNotFound), err
+		return radosop.Location{}, errors.Is(err, ceph.ErrNotFound), err
 	}
-	return place{conn: conn, pool: pool, ns: ns}, false, nil
+	return radosop.Location{Conn: conn, Pool: pool, Namespace: ns}, false, nil
 }
 
 // orNotFound turns a Ceph "not found" into NOT_FOUND with what, other errors pass on.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -125,7 +126,7 @@ func TestSnapshotCloneRoundTrip(t *testing.T) {
 	snaps, _ := img.GetSnapshotNames()
 	img.Close()
 	for _, sn := range snaps {
-		if sn.Name != snapName(mustSnap(t, s.GetSnapshotId()).SnapUID) && len(sn.Name) > 9 && sn.Name[:9] == "csi-clone" {
+		if sn.Name != rbdname.Snapshot(mustSnap(t, s.GetSnapshotId()).SnapUID) && len(sn.Name) > 9 && sn.Name[:9] == "csi-clone" {
 			t.Fatalf("transient clone snapshot left: %v", snaps)
 		}
 	}

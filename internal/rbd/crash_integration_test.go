@@ -11,6 +11,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 )
 
 // crashOp is one RPC a child process runs until it dies at a fault point.
@@ -139,7 +140,7 @@ func TestCrashSafety(t *testing.T) {
 				if _, err := e.client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: resp.GetVolume().GetVolumeId(), Secrets: secrets}); err != nil {
 					t.Fatal(err)
 				}
-				e.assertOnly(t, []string{imageName(mustVol(t, baseID).UID)}, baseline)
+				e.assertOnly(t, []string{rbdname.Image(mustVol(t, baseID).UID)}, baseline)
 			})
 		}
 	}
@@ -155,7 +156,7 @@ func TestCrashSafety(t *testing.T) {
 			if _, err := e.client.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: resp.GetSnapshot().GetSnapshotId(), Secrets: secrets}); err != nil {
 				t.Fatal(err)
 			}
-			e.assertOnly(t, []string{imageName(mustVol(t, baseID).UID)}, baseline)
+			e.assertOnly(t, []string{rbdname.Image(mustVol(t, baseID).UID)}, baseline)
 		})
 	}
 	if _, err := e.client.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snapID, Secrets: secrets}); err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -40,16 +42,16 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, err
 	}
 	defer unlock()
-	p, gone, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
+	p, gone, err := c.locate(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
 	if gone {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer p.conn.Release()
-	name := imageName(id.UID)
-	rec, err := journal.Get(ctx, p.journal(), journal.Volume, id.UID)
+	defer p.Conn.Release()
+	name := rbdname.Image(id.UID)
+	rec, err := journal.Get(ctx, p, journal.Volume, id.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +59,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
 	// snapshots) selects the careful path. That saves opening the image in the common case.
 	careful := rec != nil && rec.Attrs[attrSource] != ""
-	_, err = doRados(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
+	_, err = radosop.WithConn(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		if !careful {
 			err := rbd.RemoveImage(io, name)
 			if err == nil || isNotFound(err) {
@@ -79,9 +81,9 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		if err := c.purgeSourceParent(ctx, p, rec.Attrs[attrSource]); err != nil {
 			return nil, err
 		}
-		err = journal.ReleaseRecord(ctx, p.journal(), journal.Volume, rec)
+		err = journal.ReleaseRecord(ctx, p, journal.Volume, rec)
 	} else {
-		err = journal.Release(ctx, p.journal(), journal.Volume, id.UID)
+		err = journal.Release(ctx, p, journal.Volume, id.UID)
 	}
 	if err != nil {
 		return nil, err
@@ -116,7 +118,7 @@ func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) err
 	}
 	// transient snapshots of interrupted PVC-PVC clones
 	for _, s := range st.snaps {
-		if strings.HasPrefix(s.Name, clonePrefix) {
+		if strings.HasPrefix(s.Name, rbdname.ClonePrefix) {
 			if err := img.GetSnapshot(s.Name).Remove(); err != nil && !isNotFound(err) {
 				img.Close()
 				return err
@@ -180,7 +182,7 @@ type trashedImage struct {
 
 // parentImage is a clone's parent, when it sits in the trash and is one of ours.
 func parentImage(p *rbd.ParentInfo) *trashedImage {
-	if p == nil || !p.Image.Trash || !strings.HasPrefix(p.Image.ImageName, volumePrefix) {
+	if p == nil || !p.Image.Trash || !strings.HasPrefix(p.Image.ImageName, rbdname.VolumePrefix) {
 		return nil
 	}
 	return &trashedImage{pool: p.Image.PoolName, ns: p.Image.PoolNamespace, name: p.Image.ImageName}
@@ -209,17 +211,17 @@ func sourceImage(attr string) *trashedImage {
 	default:
 		return nil
 	}
-	return &trashedImage{poolID: v.PoolID, ns: v.Namespace, name: imageName(v.UID)}
+	return &trashedImage{poolID: v.PoolID, ns: v.Namespace, name: rbdname.Image(v.UID)}
 }
 
 // purgeSourceParent removes the image a clone came from when the RBD trash kept it only for
 // clones and the last of them is gone.
-func (c *Controller) purgeSourceParent(ctx context.Context, p place, sourceAttr string) error {
+func (c *Controller) purgeSourceParent(ctx context.Context, p radosop.Location, sourceAttr string) error {
 	t := sourceImage(sourceAttr)
 	if t == nil {
 		return nil
 	}
-	_, err := ceph.Call(ctx, p.conn, "purge trashed parent "+t.name, func(r *rados.Conn) (struct{}, error) {
+	_, err := ceph.Call(ctx, p.Conn, "purge trashed parent "+t.name, func(r *rados.Conn) (struct{}, error) {
 		if t.pool == "" {
 			pool, err := r.GetPoolByID(t.poolID)
 			if isNotFound(err) {

@@ -16,6 +16,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,7 +77,7 @@ func TestDeleteVolumeAfterKilledRemoval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := imageName(mustVol(t, vol.GetVolume().GetVolumeId()).UID)
+	image := rbdname.Image(mustVol(t, vol.GetVolume().GetVolumeId()).UID)
 	var pending []trashEntry
 	for attempt := 0; len(pending) == 0; attempt++ {
 		if attempt == 5 {
@@ -198,7 +199,7 @@ func TestDeleteVolumeAbandonedAtDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := vol.GetVolume().GetVolumeId()
-	e.scatter(t, imageName(mustVol(t, id).UID), 1024)
+	e.scatter(t, rbdname.Image(mustVol(t, id).UID), 1024)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_, err = e.client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.cl.Secrets()})
 	cancel()

@@ -8,35 +8,37 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// openVolume resolves a volume ID to its place and checks the image exists (a hidden deleted
+// openVolume resolves a volume ID to its location and checks the image exists (a hidden deleted
 // volume does not). The caller releases the connection.
-func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[string]string) (place, volid.RBDVolume, imageState, error) {
+func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[string]string) (radosop.Location, volid.RBDVolume, imageState, error) {
 	id, err := volid.ParseRBDVolume(raw)
 	if err != nil {
-		return place{}, id, imageState{}, controller.NotFoundf("volume %q does not exist", raw)
+		return radosop.Location{}, id, imageState{}, controller.NotFoundf("volume %q does not exist", raw)
 	}
 	cl, err := c.Cluster(id.ClusterID, codes.NotFound, "volume_id")
 	if err != nil {
-		return place{}, id, imageState{}, err
+		return radosop.Location{}, id, imageState{}, err
 	}
-	p, _, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, secrets)
+	p, _, err := c.locate(ctx, cl, id.PoolID, id.Namespace, secrets)
 	if err != nil {
-		return place{}, id, imageState{}, orNotFound(err, "volume "+raw)
+		return radosop.Location{}, id, imageState{}, orNotFound(err, "volume "+raw)
 	}
-	st, err := do(ctx, p, "inspect volume", func(io *rados.IOContext) (imageState, error) {
-		return inspect(io, imageName(id.UID))
+	st, err := radosop.With(ctx, p, "inspect volume", func(io *rados.IOContext) (imageState, error) {
+		return inspect(io, rbdname.Image(id.UID))
 	})
 	if err == nil && (!st.exists || st.deleted) {
 		err = controller.NotFoundf("volume %q does not exist", raw)
 	}
 	if err != nil {
-		p.conn.Release()
-		return place{}, id, st, err
+		p.Conn.Release()
+		return radosop.Location{}, id, st, err
 	}
 	return p, id, st, nil
 }
@@ -58,13 +60,13 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if err != nil {
 		return nil, err
 	}
-	defer p.conn.Release()
+	defer p.Conn.Release()
 	nodeExpand := req.GetVolumeCapability().GetBlock() == nil
 	if int64(st.size) >= size {
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(st.size), NodeExpansionRequired: nodeExpand}, nil
 	}
-	_, err = do(ctx, p, "resize", func(io *rados.IOContext) (struct{}, error) {
-		return struct{}{}, resize(io, imageName(id.UID), uint64(size))
+	_, err = radosop.With(ctx, p, "resize", func(io *rados.IOContext) (struct{}, error) {
+		return struct{}{}, resize(io, rbdname.Image(id.UID), uint64(size))
 	})
 	if errors.Is(err, ceph.ErrNoSpace) {
 		return nil, status.Errorf(codes.OutOfRange, "cannot grow volume to %d bytes: %v", size, err)
@@ -85,7 +87,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err != nil {
 		return nil, err
 	}
-	p.conn.Release()
+	p.Conn.Release()
 	if reason := support.Check(req.GetVolumeCapabilities()); reason != "" {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: reason}, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -221,7 +222,7 @@ func (e *env) assertOnly(t *testing.T, images []string, keys int) {
 		snaps, _ := img.GetSnapshotNames()
 		img.Close()
 		for _, s := range snaps {
-			if strings.HasPrefix(s.Name, clonePrefix) {
+			if strings.HasPrefix(s.Name, rbdname.ClonePrefix) {
 				t.Errorf("transient snapshot %s@%s left", name, s.Name)
 			}
 		}

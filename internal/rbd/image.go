@@ -1,67 +1,22 @@
 package rbd
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 )
 
+// metaDeleted marks an image whose volume was deleted while CSI snapshots of it exist.
 const (
-	volumePrefix    = "csi-vol-"
-	snapshotPrefix  = "csi-snap-"
-	clonePrefix     = "csi-clone-"
 	metaDeleted     = "monoceph.deleted"
 	metaDeletedTrue = "true"
 )
 
-func imageName(uid string) string { return volumePrefix + uid }
-func snapName(uid string) string  { return snapshotPrefix + uid }
-func cloneSnap(uid string) string { return clonePrefix + uid }
-
-// place is a pool and RADOS namespace on one connection.
-type place struct {
-	conn *ceph.Conn
-	pool string
-	ns   string
-}
-
-func (p place) journal() journal.Location {
-	return journal.Location{Conn: p.conn, Pool: p.pool, Namespace: p.ns}
-}
-
-func (p place) String() string {
-	if p.ns == "" {
-		return p.pool
-	}
-	return p.pool + "/" + p.ns
-}
-
-// do runs fn on a fresh IOContext of p under the RPC's deadline.
-func do[T any](ctx context.Context, p place, op string, fn func(*rados.IOContext) (T, error)) (T, error) {
-	return doRados(ctx, p, op, func(_ *rados.Conn, io *rados.IOContext) (T, error) { return fn(io) })
-}
-
-// doRados is do for work that also opens other pools (a clone's parent, a trashed parent).
-func doRados[T any](ctx context.Context, p place, op string, fn func(*rados.Conn, *rados.IOContext) (T, error)) (T, error) {
-	return ceph.Call(ctx, p.conn, op, func(r *rados.Conn) (T, error) {
-		var zero T
-		io, err := r.OpenIOContext(p.pool)
-		if err != nil {
-			return zero, err
-		}
-		defer io.Destroy()
-		io.SetNamespace(p.ns)
-		return fn(r, io)
-	})
-}
-
-func isNotFound(err error) bool { return errors.Is(ceph.Wrap("", err), ceph.ErrNotFound) }
+func isNotFound(err error) bool { return ceph.Is(err, ceph.ErrNotFound) }
 
 // imageState is what the controller needs to know about an image.
 type imageState struct {
@@ -76,7 +31,7 @@ type imageState struct {
 func (s imageState) csiSnapshots() []rbd.SnapInfo {
 	var out []rbd.SnapInfo
 	for _, sn := range s.snaps {
-		if strings.HasPrefix(sn.Name, snapshotPrefix) {
+		if strings.HasPrefix(sn.Name, rbdname.SnapshotPrefix) {
 			out = append(out, sn)
 		}
 	}
@@ -148,7 +103,7 @@ func imageOptions(features []string, dataPool string) (*rbd.ImageOptions, error)
 // (rbd_remove cleans up partial images) and create again.
 func createOrRepair(io *rados.IOContext, name string, create func() error) error {
 	err := create()
-	if err == nil || !errors.Is(ceph.Wrap("", err), ceph.ErrExists) {
+	if err == nil || !ceph.Is(err, ceph.ErrExists) {
 		return err
 	}
 	img, oerr := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)

@@ -2,9 +2,10 @@ package rbd
 
 import (
 	"fmt"
-	"github.com/monoceph/monoceph/internal/controller"
 	"sort"
 	"strings"
+
+	"github.com/monoceph/monoceph/internal/controller"
 
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"

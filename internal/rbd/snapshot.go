@@ -14,6 +14,8 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -49,18 +51,18 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	p, _, err := c.placeOf(ctx, cl, src.PoolID, src.Namespace, req.GetSecrets())
+	p, _, err := c.locate(ctx, cl, src.PoolID, src.Namespace, req.GetSecrets())
 	if err != nil {
 		return nil, orNotFound(err, "source volume "+srcID)
 	}
-	defer p.conn.Release()
-	image := imageName(src.UID)
+	defer p.Conn.Release()
+	image := rbdname.Image(src.UID)
 	// a missing source must not leave a reservation (or a journal object) behind
-	if _, _, err := sourceSize(ctx, p.conn, source{Vol: &src}); err != nil {
+	if _, _, err := sourceSize(ctx, p.Conn, source{Vol: &src}); err != nil {
 		return nil, err
 	}
 
-	rec, created, err := journal.Reserve(ctx, p.journal(), journal.Snapshot, name, map[string]string{attrSourceVolume: srcID})
+	rec, created, err := journal.Reserve(ctx, p, journal.Snapshot, name, map[string]string{attrSourceVolume: srcID})
 	if err != nil {
 		return nil, err
 	}
@@ -74,12 +76,12 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 			return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
 		}
 	}
-	sname := snapName(rec.UID)
+	sname := rbdname.Snapshot(rec.UID)
 	type cut struct {
 		size    uint64
 		created time.Time
 	}
-	res, err := do(ctx, p, "snapshot "+image, func(io *rados.IOContext) (cut, error) {
+	res, err := radosop.With(ctx, p, "snapshot "+image, func(io *rados.IOContext) (cut, error) {
 		st, err := inspect(io, image)
 		if err != nil {
 			return cut{}, err
@@ -124,7 +126,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	}
 	rec.Attrs[attrCreated] = res.created.UTC().Format(time.RFC3339Nano)
 	rec.Attrs[attrSnapSize] = strconv.FormatUint(res.size, 10)
-	if err := journal.SetAttrs(ctx, p.journal(), journal.Snapshot, rec); err != nil {
+	if err := journal.SetAttrs(ctx, p, journal.Snapshot, rec); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", p.String()+"/"+image+"@"+sname, "name", name)
@@ -168,26 +170,26 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		return nil, err
 	}
 	defer unlock()
-	p, gone, err := c.placeOf(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
+	p, gone, err := c.locate(ctx, cl, id.PoolID, id.Namespace, req.GetSecrets())
 	if gone {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer p.conn.Release()
-	image := imageName(id.UID)
-	_, err = do(ctx, p, "delete snapshot", func(io *rados.IOContext) (struct{}, error) {
-		return struct{}{}, removeSnapshot(io, image, snapName(id.SnapUID))
+	defer p.Conn.Release()
+	image := rbdname.Image(id.UID)
+	_, err = radosop.With(ctx, p, "delete snapshot", func(io *rados.IOContext) (struct{}, error) {
+		return struct{}{}, removeSnapshot(io, image, rbdname.Snapshot(id.SnapUID))
 	})
 	if err != nil {
 		return nil, err
 	}
 	faultpoint.Hit("rbd.DeleteSnapshot.removed")
-	if err := journal.Release(ctx, p.journal(), journal.Snapshot, id.SnapUID); err != nil {
+	if err := journal.Release(ctx, p, journal.Snapshot, id.SnapUID); err != nil {
 		return nil, err
 	}
-	_, err = doRados(ctx, p, "collect deleted volume", func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
+	_, err = radosop.WithConn(ctx, p, "collect deleted volume", func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		st, err := inspect(io, image)
 		if err != nil || !st.deleted {
 			return struct{}{}, err
@@ -239,19 +241,19 @@ func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64,
 	if err != nil {
 		return nil, nil // not one of ours: nothing to list
 	}
-	p, gone, err := c.placeOf(ctx, cl, poolID, ns, secrets)
+	p, gone, err := c.locate(ctx, cl, poolID, ns, secrets)
 	if gone {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer p.conn.Release()
+	defer p.Conn.Release()
 	return snapshotsIn(ctx, p, cl.ClusterID, poolID, keep)
 }
 
-func snapshotsIn(ctx context.Context, p place, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
-	recs, err := journal.List(ctx, p.journal(), journal.Snapshot)
+func snapshotsIn(ctx context.Context, p radosop.Location, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	recs, err := journal.List(ctx, p, journal.Snapshot)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +263,7 @@ func snapshotsIn(ctx context.Context, p place, clusterID string, poolID int64, k
 		if err != nil {
 			continue
 		}
-		s, ok := snapshotFromRecord(r, volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: clusterID, PoolID: poolID, Namespace: p.ns, UID: src.UID}, SnapUID: r.UID})
+		s, ok := snapshotFromRecord(r, volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: clusterID, PoolID: poolID, Namespace: p.Namespace, UID: src.UID}, SnapUID: r.UID})
 		if ok && (keep == nil || keep(s)) {
 			out = append(out, s)
 		}
@@ -323,7 +325,7 @@ func (c *Controller) listCluster(ctx context.Context, cl v1.Cluster, secrets map
 	}
 	var out []*csi.Snapshot
 	for _, l := range locs {
-		found, err := snapshotsIn(ctx, place{conn: conn, pool: l.pool, ns: l.ns}, cl.ClusterID, l.id, nil)
+		found, err := snapshotsIn(ctx, radosop.Location{Conn: conn, Pool: l.pool, Namespace: l.ns}, cl.ClusterID, l.id, nil)
 		if err != nil && !errors.Is(err, ceph.ErrPermission) {
 			return nil, err
 		}

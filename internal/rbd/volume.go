@@ -11,6 +11,8 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"github.com/monoceph/monoceph/internal/volcap"
 	"github.com/monoceph/monoceph/internal/volid"
@@ -114,12 +116,12 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	dst := place{conn: conn, pool: params.Pool, ns: params.Namespace}
+	dst := radosop.Location{Conn: conn, Pool: params.Pool, Namespace: params.Namespace}
 	if err := checkSource(ctx, conn, src, uint64(size)); err != nil {
 		return nil, err
 	}
 
-	rec, created, err := journal.Reserve(ctx, dst.journal(), journal.Volume, name, map[string]string{
+	rec, created, err := journal.Reserve(ctx, dst, journal.Volume, name, map[string]string{
 		attrSize: strconv.FormatInt(size, 10), attrSource: src.String(),
 		attrFeatures: joinFeatures(params.Features), attrDataPool: params.DataPool,
 	})
@@ -132,7 +134,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		}
 	}
 	faultpoint.Hit("rbd.CreateVolume.reserved")
-	log := klog.FromContext(ctx).WithValues("image", dst.String()+"/"+imageName(rec.UID))
+	log := klog.FromContext(ctx).WithValues("image", dst.String()+"/"+rbdname.Image(rec.UID))
 
 	switch {
 	case rec.Attrs[attrState] == stateReady:
@@ -141,18 +143,18 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	case src.Vol != nil:
 		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.Vol)
 	default:
-		err = ensureBlank(ctx, dst, imageName(rec.UID), uint64(size), params, created)
+		err = ensureBlank(ctx, dst, rbdname.Image(rec.UID), uint64(size), params, created)
 	}
 	if err != nil {
 		giveBack(ctx, dst, journal.Volume, rec, err, func(io *rados.IOContext) (bool, error) {
-			st, err := inspect(io, imageName(rec.UID))
+			st, err := inspect(io, rbdname.Image(rec.UID))
 			return st.exists, err
 		})
 		return nil, err
 	}
 	if src.String() != "" && rec.Attrs[attrState] != stateReady {
 		rec.Attrs[attrState] = stateReady
-		if err := journal.SetAttrs(ctx, dst.journal(), journal.Volume, rec); err != nil {
+		if err := journal.SetAttrs(ctx, dst, journal.Volume, rec); err != nil {
 			return nil, err
 		}
 	}
@@ -164,7 +166,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		VolumeId:      id.String(),
 		CapacityBytes: size,
 		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
-			Name: imageName(rec.UID), Mounter: params.Mounter}.Map(),
+			Name: rbdname.Image(rec.UID), Mounter: params.Mounter}.Map(),
 		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
 }
@@ -190,7 +192,7 @@ func checkPlacement(ctx context.Context, conn *ceph.Conn, params volumeParams) (
 		}
 	}
 	if params.Namespace != "" {
-		ok, err := do(ctx, place{conn: conn, pool: params.Pool}, "look up namespace", func(io *rados.IOContext) (bool, error) {
+		ok, err := radosop.With(ctx, radosop.Location{Conn: conn, Pool: params.Pool}, "look up namespace", func(io *rados.IOContext) (bool, error) {
 			return rbd.NamespaceExists(io, params.Namespace)
 		})
 		if err != nil {
@@ -207,17 +209,17 @@ func checkPlacement(ctx context.Context, conn *ceph.Conn, params volumeParams) (
 // controller.Permanent), unless made finds something on Ceph made for it (by this call or by
 // one that crashed): that keeps its reservation for the CO's retry or delete. Any other
 // failure keeps it too, for the retry that resumes the create.
-func giveBack(ctx context.Context, p place, k journal.Kind, rec *journal.Record, cause error, made func(*rados.IOContext) (bool, error)) {
+func giveBack(ctx context.Context, p radosop.Location, k journal.Kind, rec *journal.Record, cause error, made func(*rados.IOContext) (bool, error)) {
 	if !controller.Permanent(cause) {
 		return
 	}
 	log := klog.FromContext(ctx)
-	found, err := do(ctx, p, "inspect remains of "+rec.Name, made)
+	found, err := radosop.With(ctx, p, "inspect remains of "+rec.Name, made)
 	if err != nil || found {
 		log.V(2).Info("Keeping the reservation of a failed create", "name", rec.Name, "remains", found, "err", err)
 		return
 	}
-	if err := journal.ReleaseRecord(ctx, p.journal(), k, rec); err != nil {
+	if err := journal.ReleaseRecord(ctx, p, k, rec); err != nil {
 		log.Error(err, "Could not give back the reservation of a failed create", "name", rec.Name)
 	}
 }
@@ -241,9 +243,9 @@ func sourceSize(ctx context.Context, conn *ceph.Conn, src source) (uint64, strin
 	var ns, image, snap, what string
 	switch {
 	case src.Snap != nil:
-		poolID, ns, image, snap, what = src.Snap.PoolID, src.Snap.Namespace, imageName(src.Snap.UID), snapName(src.Snap.SnapUID), "source snapshot "+src.Snap.String()
+		poolID, ns, image, snap, what = src.Snap.PoolID, src.Snap.Namespace, rbdname.Image(src.Snap.UID), rbdname.Snapshot(src.Snap.SnapUID), "source snapshot "+src.Snap.String()
 	case src.Vol != nil:
-		poolID, ns, image, what = src.Vol.PoolID, src.Vol.Namespace, imageName(src.Vol.UID), "source volume "+src.Vol.String()
+		poolID, ns, image, what = src.Vol.PoolID, src.Vol.Namespace, rbdname.Image(src.Vol.UID), "source volume "+src.Vol.String()
 	default:
 		return 0, "", nil
 	}
@@ -251,7 +253,7 @@ func sourceSize(ctx context.Context, conn *ceph.Conn, src source) (uint64, strin
 	if err != nil {
 		return 0, what, orNotFound(err, what)
 	}
-	size, err := do(ctx, place{conn: conn, pool: pool, ns: ns}, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
+	size, err := radosop.With(ctx, radosop.Location{Conn: conn, Pool: pool, Namespace: ns}, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
 		st, err := inspect(io, image)
 		if err != nil {
 			return 0, err
@@ -301,8 +303,8 @@ func compatible(rec *journal.Record, req *csi.CreateVolumeRequest, src source) (
 
 // ensureBlank creates the image. fresh says the reservation was made by this call, so the image
 // cannot exist yet and probing for it (several RADOS reads in librbd) is skipped.
-func ensureBlank(ctx context.Context, p place, name string, size uint64, params volumeParams, fresh bool) error {
-	_, err := do(ctx, p, "create image "+name, func(io *rados.IOContext) (struct{}, error) {
+func ensureBlank(ctx context.Context, p radosop.Location, name string, size uint64, params volumeParams, fresh bool) error {
+	_, err := radosop.With(ctx, p, "create image "+name, func(io *rados.IOContext) (struct{}, error) {
 		if !fresh {
 			st, err := inspect(io, name)
 			if err != nil {
@@ -327,27 +329,27 @@ func ensureBlank(ctx context.Context, p place, name string, size uint64, params 
 
 // cloneFromSnapshot clones the CSI snapshot's RBD snapshot (clone v2: no protection needed),
 // grows the clone to the requested size and flattens it when the chain gets too long.
-func (c *Controller) cloneFromSnapshot(ctx context.Context, dst place, uid string, size uint64, params volumeParams, s volid.RBDSnapshot) error {
-	pool, err := poolByID(ctx, dst.conn, s.PoolID)
+func (c *Controller) cloneFromSnapshot(ctx context.Context, dst radosop.Location, uid string, size uint64, params volumeParams, s volid.RBDSnapshot) error {
+	pool, err := poolByID(ctx, dst.Conn, s.PoolID)
 	if err != nil {
 		return orNotFound(err, "source snapshot "+s.String())
 	}
-	parent := place{conn: dst.conn, pool: pool, ns: s.Namespace}
-	return c.clone(ctx, parent, imageName(s.UID), snapName(s.SnapUID), dst, imageName(uid), size, params, "source snapshot "+s.String())
+	parent := radosop.Location{Conn: dst.Conn, Pool: pool, Namespace: s.Namespace}
+	return c.clone(ctx, parent, rbdname.Image(s.UID), rbdname.Snapshot(s.SnapUID), dst, rbdname.Image(uid), size, params, "source snapshot "+s.String())
 }
 
 // cloneFromVolume cuts a transient snapshot of the source volume, clones it and removes the
 // snapshot again (with clone v2 it moves to the trash namespace until the clone is flattened or
 // deleted). The snapshot is named after the new volume, so a retry finds its own.
-func (c *Controller) cloneFromVolume(ctx context.Context, dst place, uid string, size uint64, params volumeParams, v volid.RBDVolume) error {
-	pool, err := poolByID(ctx, dst.conn, v.PoolID)
+func (c *Controller) cloneFromVolume(ctx context.Context, dst radosop.Location, uid string, size uint64, params volumeParams, v volid.RBDVolume) error {
+	pool, err := poolByID(ctx, dst.Conn, v.PoolID)
 	if err != nil {
 		return orNotFound(err, "source volume "+v.String())
 	}
-	parent := place{conn: dst.conn, pool: pool, ns: v.Namespace}
-	srcName, tmp, child := imageName(v.UID), cloneSnap(uid), imageName(uid)
+	parent := radosop.Location{Conn: dst.Conn, Pool: pool, Namespace: v.Namespace}
+	srcName, tmp, child := rbdname.Image(v.UID), rbdname.CloneSnapshot(uid), rbdname.Image(uid)
 
-	done, err := do(ctx, dst, "inspect clone "+child, func(io *rados.IOContext) (bool, error) {
+	done, err := radosop.With(ctx, dst, "inspect clone "+child, func(io *rados.IOContext) (bool, error) {
 		st, err := inspect(io, child)
 		return st.exists && st.parent != nil, err
 	})
@@ -355,7 +357,7 @@ func (c *Controller) cloneFromVolume(ctx context.Context, dst place, uid string,
 		return err
 	}
 	if !done {
-		_, err = do(ctx, parent, "snapshot "+srcName, func(io *rados.IOContext) (struct{}, error) {
+		_, err = radosop.With(ctx, parent, "snapshot "+srcName, func(io *rados.IOContext) (struct{}, error) {
 			st, err := inspect(io, srcName)
 			if err != nil {
 				return struct{}{}, err
@@ -386,7 +388,7 @@ func (c *Controller) cloneFromVolume(ctx context.Context, dst place, uid string,
 		}
 	}
 	faultpoint.Hit("rbd.CreateVolume.cloned")
-	_, err = do(ctx, parent, "remove transient snapshot", func(io *rados.IOContext) (struct{}, error) {
+	_, err = radosop.With(ctx, parent, "remove transient snapshot", func(io *rados.IOContext) (struct{}, error) {
 		return struct{}{}, removeSnapshot(io, srcName, tmp)
 	})
 	return err
@@ -409,8 +411,8 @@ func removeSnapshot(io *rados.IOContext, image, snap string) error {
 	return err
 }
 
-func (c *Controller) clone(ctx context.Context, parent place, parentImage, snap string, dst place, child string, size uint64, params volumeParams, what string) error {
-	snapSize, err := do(ctx, parent, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
+func (c *Controller) clone(ctx context.Context, parent radosop.Location, parentImage, snap string, dst radosop.Location, child string, size uint64, params volumeParams, what string) error {
+	snapSize, err := radosop.With(ctx, parent, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
 		st, err := inspect(io, parentImage)
 		if err != nil {
 			return 0, err
@@ -427,19 +429,19 @@ func (c *Controller) clone(ctx context.Context, parent place, parentImage, snap 
 	if snapSize > size {
 		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, snapSize)
 	}
-	_, err = ceph.Call(ctx, dst.conn, "clone "+child, func(r *rados.Conn) (struct{}, error) {
-		pio, err := r.OpenIOContext(parent.pool)
+	_, err = ceph.Call(ctx, dst.Conn, "clone "+child, func(r *rados.Conn) (struct{}, error) {
+		pio, err := r.OpenIOContext(parent.Pool)
 		if err != nil {
 			return struct{}{}, err
 		}
 		defer pio.Destroy()
-		pio.SetNamespace(parent.ns)
-		io, err := r.OpenIOContext(dst.pool)
+		pio.SetNamespace(parent.Namespace)
+		io, err := r.OpenIOContext(dst.Pool)
 		if err != nil {
 			return struct{}{}, err
 		}
 		defer io.Destroy()
-		io.SetNamespace(dst.ns)
+		io.SetNamespace(dst.Namespace)
 
 		st, err := inspect(io, child)
 		if err != nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
 	"github.com/monoceph/monoceph/internal/kubetest"
-	rbdctl "github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,13 +58,13 @@ func BenchmarkGetMetadataDelta(b *testing.B) {
 
 	floor := func() (int, time.Duration) {
 		t0 := time.Now()
-		img, err := rbd.OpenImageReadOnly(e.io, im.name, rbdctl.SnapshotName(target.SnapUID))
+		img, err := rbd.OpenImageReadOnly(e.io, im.name, rbdname.Snapshot(target.SnapUID))
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer img.Close()
 		count := 0
-		err = img.DiffIterate(rbd.DiffIterateConfig{SnapName: rbdctl.SnapshotName(base.SnapUID), Length: benchSize,
+		err = img.DiffIterate(rbd.DiffIterateConfig{SnapName: rbdname.Snapshot(base.SnapUID), Length: benchSize,
 			IncludeParent: rbd.IncludeParent, Callback: func(uint64, uint64, int, any) int { count++; return 0 }})
 		if err != nil {
 			b.Fatal(err)

@@ -13,7 +13,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
-	rbdctl "github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -191,7 +191,7 @@ func maxResults(n int32) int {
 // iteration, queueing full messages on msgs. It runs under ceph.Call, so a caller that gives
 // up does not wait for it; the callback notices the cancelled ctx and ends the iteration.
 func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Header, msgs chan<- []Extent) error {
-	image, target := rbdctl.ImageName(q.Target.UID), rbdctl.SnapshotName(q.Target.SnapUID)
+	image, target := rbdname.Image(q.Target.UID), rbdname.Snapshot(q.Target.SnapUID)
 	_, err := ceph.Call(ctx, conn, "diff "+image+"@"+target, func(r *rados.Conn) (struct{}, error) {
 		pool, err := r.GetPoolByID(q.Target.PoolID)
 		if err != nil {
@@ -301,15 +301,15 @@ func (e *Engine) iterate(ctx context.Context, img *snapImage, q Query, hdr *Head
 // baseSnapshot checks that base is a snapshot of the target's image taken before the target,
 // and returns its RBD snapshot name.
 func baseSnapshot(img *snapImage, base, target volid.RBDSnapshot) (string, error) {
-	bname := rbdctl.SnapshotName(base.SnapUID)
+	bname := rbdname.Snapshot(base.SnapUID)
 	bid, err := img.snapID(bname)
-	if errors.Is(ceph.Wrap("", err), ceph.ErrNotFound) {
+	if ceph.Is(err, ceph.ErrNotFound) {
 		return "", status.Errorf(codes.NotFound, "base snapshot %s does not exist", base.String())
 	}
 	if err != nil {
 		return "", err
 	}
-	tid, err := img.snapID(rbdctl.SnapshotName(target.SnapUID))
+	tid, err := img.snapID(rbdname.Snapshot(target.SnapUID))
 	if err != nil {
 		return "", err
 	}
@@ -322,7 +322,7 @@ func baseSnapshot(img *snapImage, base, target volid.RBDSnapshot) (string, error
 // notFound turns a Ceph "not found" into NOT_FOUND with a message naming the snapshot; other
 // errors pass on.
 func notFound(err error, format string, a ...any) error {
-	if errors.Is(ceph.Wrap("", err), ceph.ErrNotFound) {
+	if ceph.Is(err, ceph.ErrNotFound) {
 		return status.Error(codes.NotFound, fmt.Sprintf(format, a...))
 	}
 	return err

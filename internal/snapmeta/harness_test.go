@@ -17,7 +17,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	rbdctl "github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -147,7 +147,7 @@ func (e *env) newImage(t testing.TB, size uint64) *image {
 func (e *env) newImageOrder(t testing.TB, size uint64, order uint64) *image {
 	t.Helper()
 	id := volid.RBDVolume{ClusterID: e.cl.ID, PoolID: e.poolID, Namespace: e.ns, UID: e.uid(t)}
-	name := rbdctl.ImageName(id.UID)
+	name := rbdname.Image(id.UID)
 	o := rbd.NewRbdImageOptions()
 	defer o.Destroy()
 	if err := o.SetUint64(rbd.ImageOptionFeatures, features); err != nil {
@@ -164,7 +164,7 @@ func (e *env) newImageOrder(t testing.TB, size uint64, order uint64) *image {
 
 func (e *env) openImage(t testing.TB, id volid.RBDVolume, size uint64) *image {
 	t.Helper()
-	name := rbdctl.ImageName(id.UID)
+	name := rbdname.Image(id.UID)
 	img, err := rbd.OpenImage(e.io, name, rbd.NoSnapshot)
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func (im *image) writeStrided(t testing.TB, off, n, stride int64) int {
 func (im *image) snap(t testing.TB) volid.RBDSnapshot {
 	t.Helper()
 	id := volid.RBDSnapshot{RBDVolume: im.id, SnapUID: im.e.uid(t)}
-	if _, err := im.img.CreateSnapshot(rbdctl.SnapshotName(id.SnapUID)); err != nil {
+	if _, err := im.img.CreateSnapshot(rbdname.Snapshot(id.SnapUID)); err != nil {
 		t.Fatal(err)
 	}
 	return id
@@ -256,7 +256,7 @@ func (im *image) clone(t testing.TB, s volid.RBDSnapshot) *image {
 	if err := o.SetUint64(rbd.ImageOptionCloneFormat, 2); err != nil {
 		t.Fatal(err)
 	}
-	if err := rbd.CloneImage(im.e.io, im.name, rbdctl.SnapshotName(s.SnapUID), im.e.io, rbdctl.ImageName(id.UID), o); err != nil {
+	if err := rbd.CloneImage(im.e.io, im.name, rbdname.Snapshot(s.SnapUID), im.e.io, rbdname.Image(id.UID), o); err != nil {
 		t.Fatal(err)
 	}
 	return im.e.openImage(t, id, im.size)
@@ -268,12 +268,12 @@ func (e *env) oracle(t testing.TB, target volid.RBDSnapshot, base *volid.RBDSnap
 	t.Helper()
 	args := []string{"diff", "--format", "json"}
 	if base != nil {
-		args = append(args, "--from-snap", rbdctl.SnapshotName(base.SnapUID))
+		args = append(args, "--from-snap", rbdname.Snapshot(base.SnapUID))
 	}
 	if wholeObject {
 		args = append(args, "--whole-object")
 	}
-	args = append(args, fmt.Sprintf("%s/%s/%s@%s", e.cl.RBDPool, e.ns, rbdctl.ImageName(target.UID), rbdctl.SnapshotName(target.SnapUID)))
+	args = append(args, fmt.Sprintf("%s/%s/%s@%s", e.cl.RBDPool, e.ns, rbdname.Image(target.UID), rbdname.Snapshot(target.SnapUID)))
 	out, err := exec.Command("rbd", args...).Output()
 	if err != nil {
 		var ee *exec.ExitError
