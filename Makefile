@@ -25,7 +25,7 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BI
 	MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
-.PHONY: all build test unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e
+.PHONY: all build test unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e faults
 
 all: build
 
@@ -39,19 +39,34 @@ build:
 # when it is not running) and fail, rather than skip, when it is unreachable.
 # The csi-sanity suites (e2e/sanity) run one at a time after the rest: each starts a driver on
 # the shared cluster, and an unfiltered ListSnapshots rightly sees the other suite's snapshots.
+# The fault-injection suite comes last.
 test: build $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-controller-manager
 	@$(CEPH_ENV) && $(TEST_ENV) && \
 	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)')
 	@set -o pipefail; rm -f $(BIN)/sanity.log; $(CEPH_ENV) && $(TEST_ENV) && \
 	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \
 	  { echo "::: csi-sanity failures (whole log: $(BIN)/sanity.log):"; grep -E -A3 "$(SANITY_FAILURES)" $(BIN)/sanity.log; exit 1; }
+	@$(MAKE) --no-print-directory faults
+
+# The fault-injection suite (e2e/faults): the controllers as processes under CO-like load while
+# the monitor, OSD, manager and the controllers themselves fail, then garbage requests; nothing
+# may leak. It makes a BlueStore cluster of its own on other ports (its faults would disturb
+# the shared one) and deletes it afterwards. `make test` runs it last.
+FAULTS_TIMEOUT ?= 20m
+faults: build
+	@export MONOCEPH_FAULTS=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph && \
+	  go test -count=1 -v -timeout $(FAULTS_TIMEOUT) ./e2e/faults/ 2>&1 | grep -vE '^([IEW][0-9]{4} |20[0-9]{2}-[0-9]{2}-[0-9]{2}T)' ; test $${PIPESTATUS[0]} -eq 0
 
 # Unit tests only: integration tests skip themselves without a cluster.
 unit:
 	go test -count=1 ./...
 
-$(BIN)/staticcheck: $(TOOLS)/staticcheck/go.mod $(TOOLS)/staticcheck/go.sum
-	cd $(TOOLS)/staticcheck && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+# Linters, pinned in one tools module: staticcheck and goimports (x/tools at staticcheck's version).
+$(BIN)/staticcheck: $(TOOLS)/lint/go.mod $(TOOLS)/lint/go.sum
+	cd $(TOOLS)/lint && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+
+$(BIN)/goimports: $(TOOLS)/lint/go.mod $(TOOLS)/lint/go.sum
+	cd $(TOOLS)/lint && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/goimports golang.org/x/tools/cmd/goimports
 
 $(BIN)/grpcurl: $(TOOLS)/grpcurl/go.mod $(TOOLS)/grpcurl/go.sum
 	cd $(TOOLS)/grpcurl && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl
@@ -117,7 +132,7 @@ $(BIN)/snapshot-controller: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 $(BIN)/csi-resizer: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-resizer github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
 
-tools: $(BIN)/staticcheck $(BIN)/grpcurl $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd e2e-tools
+tools: $(BIN)/staticcheck $(BIN)/goimports $(BIN)/grpcurl $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd e2e-tools
 
 # Everything the end-to-end tests run besides the driver: a control plane without a kubelet,
 # Helm, the CSI sidecars and the csi-addons controller and sidecar.
@@ -125,13 +140,19 @@ e2e-tools: $(BIN)/helm $(BIN)/kube-controller-manager $(BIN)/kube-apiserver $(BI
 	$(BIN)/csi-provisioner $(BIN)/csi-snapshotter $(BIN)/snapshot-controller $(BIN)/csi-resizer \
 	$(BIN)/csi-addons-manager $(BIN)/csi-addons-sidecar
 
-lint: $(BIN)/staticcheck
+# gofmt and goimports (imports grouped, std first, this module's as third-party), go vet,
+# staticcheck, and go.mod/go.sum exactly as `go mod tidy` would leave them (the driver's module
+# and every tools module).
+lint: $(BIN)/staticcheck $(BIN)/goimports
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$($(BIN)/goimports -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "goimports needed (make fmt):"; echo "$$out"; exit 1; fi
+	@for m in . $$(ls -d $(TOOLS)/*/); do (cd $$m && GOFLAGS= go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m:"; (cd $$m && GOFLAGS= go mod tidy -diff); exit 1; }; done
 	go vet ./...
 	$(BIN)/staticcheck ./...
 
-fmt:
+fmt: $(BIN)/goimports
 	gofmt -w $$(git ls-files '*.go')
+	$(BIN)/goimports -w $$(git ls-files '*.go')
 
 # Benchmarks against the local cluster; each runs its own fixed sample sizes once and prints its
 # ratio to a floor measured in the same run.
