@@ -274,7 +274,9 @@ cmd_start() {
       die "the memstore OSD in $CEPH_DIR ended without \`$0 stop\` (killed, or the machine restarted), so its objects are lost; \`$0 start --fresh\` deletes this cluster and makes a new one"
     fi
     log "restarting the cluster in $CEPH_DIR"
-    if (start_daemons && wait_for "osd.0 up" osd_up && wait_for "mgr available" mgr_avail &&
+    # the daemons' own processes, not only the maps: a killed OSD still counts as up in the
+    # osdmap until the monitor notices
+    if (start_daemons && wait_for "daemons running" all_alive && wait_for "osd.0 up" osd_up && wait_for "mgr available" mgr_avail &&
       wait_for "mds active" mds_active && wait_for "all pgs active+clean" pgs_clean); then
       finish "cluster restarted in $CEPH_DIR"
     fi
