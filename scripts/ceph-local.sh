@@ -63,14 +63,18 @@ pgs_clean() { c pg stat | grep -Eq '^[0-9]+ pgs: [0-9]+ active\+clean;'; }
 vol_create() { c fs volume create "$FS_NAME"; }
 
 write_env() {
-  local key
+  local key mons=127.0.0.1:$MON_V1_PORT
+  # librados takes a bare host:port on any port but 6789 for a msgr2 address: on other ports
+  # the legacy protocol must be named (and over msgr2 a wrong key shows as a connect timeout,
+  # not as EACCES)
+  [[ $MON_V1_PORT == 6789 ]] || mons=v1:$mons
   key=$(clean ceph-authtool -p -n client.admin "$KEYRING")
   cat >"$CEPH_DIR/env" <<ENV
 export CEPH_DIR=$CEPH_DIR
 export CEPH_CONF=$CONF
 export CEPH_KEYRING=$KEYRING
 export CEPH_ARGS="--conf $CONF --keyring $KEYRING --id admin"
-export CEPH_MONITORS=127.0.0.1:$MON_V1_PORT
+export CEPH_MONITORS=$mons
 export CEPH_ADMIN_ID=admin
 export CEPH_ADMIN_KEY=$key
 export CEPH_FS_NAME=$FS_NAME
@@ -83,7 +87,7 @@ ENV
 [
   {
     "clusterID": "$CLUSTER_ID",
-    "monitors": ["127.0.0.1:$MON_V1_PORT"],
+    "monitors": ["$mons"],
     "cephFS": {"subvolumeGroup": "csi"},
     "rbd": {"radosNamespace": ""}
   }

@@ -264,6 +264,7 @@ func TestFailedCreatesLeaveNothing(t *testing.T) {
 		r.Parameters[k] = v
 		return r
 	}
+	missingNS := "gone" + e.ns // unique: a namespace no run has ever written into
 	before := e.state(t, e.ns)
 	tests := []struct {
 		name string
@@ -273,7 +274,7 @@ func TestFailedCreatesLeaveNothing(t *testing.T) {
 		// librbd refuses the size only when it creates the image (EINVAL): the reservation
 		// made before must be given back
 		{"impossible size", func() error { _, err := e.client.CreateVolume(ctx, e.createReq("huge", 1<<52, nil)); return err }, codes.InvalidArgument},
-		{"missing namespace", func() error { _, err := e.client.CreateVolume(ctx, with("radosNamespace", "nowhere")); return err }, codes.InvalidArgument},
+		{"missing namespace", func() error { _, err := e.client.CreateVolume(ctx, with("radosNamespace", missingNS)); return err }, codes.InvalidArgument},
 		{"missing data pool", func() error { _, err := e.client.CreateVolume(ctx, with("dataPool", "nope")); return err }, codes.InvalidArgument},
 		{"clone of missing snapshot", func() error {
 			_, err := e.client.CreateVolume(ctx, e.createReq("from-missing-snap", 8*mib, snapOf(base)))
@@ -300,7 +301,7 @@ func TestFailedCreatesLeaveNothing(t *testing.T) {
 			}
 		})
 	}
-	if objs := e.state(t, "nowhere"); len(objs) != 0 {
+	if objs := e.state(t, missingNS); len(objs) != 0 {
 		t.Errorf("a request naming a missing RBD namespace wrote into it: %v", objs)
 	}
 	if _, err := e.client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: base.String(), Secrets: e.cl.Secrets()}); err != nil {
