@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -95,4 +96,46 @@ func TestLookupAndDefaults(t *testing.T) {
 	if _, ok := m.Lookup("c"); ok {
 		t.Fatal("lookup of unknown cluster succeeded")
 	}
+}
+
+// FuzzParseClusterMap: whatever ParseClusterMap accepts is valid, survives a round trip through
+// JSON unchanged, and every monitor of it has dialable endpoints; nothing it is given panics.
+func FuzzParseClusterMap(f *testing.F) {
+	for _, seed := range []string{
+		`[{"clusterID":"a","monitors":["127.0.0.1:6789"]}]`,
+		`[{"clusterID":"prod-1","monitors":["10.0.0.1","[v2:10.0.0.2:3300,v1:10.0.0.2:6789]","v1:[::1]:6789"],
+			"cephFS":{"subvolumeGroup":"g","radosNamespace":"ns"},"rbd":{"radosNamespace":"k8s"}}]`,
+		`[{"clusterID":"a","monitors":["m"]},{"clusterID":"b","monitors":["[v2:h:1]"]}]`,
+		`[]`, `{`, `[{"clusterID":"a/b","monitors":["m"]}]`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ParseClusterMap(data)
+		if err != nil {
+			return
+		}
+		if err := m.Validate(); err != nil {
+			t.Fatalf("accepted a map that does not validate: %v", err)
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseClusterMap(b)
+		if err != nil || !reflect.DeepEqual(m, again) {
+			t.Fatalf("round trip changed the map: %v\n%#v\n%#v", err, m, again)
+		}
+		for _, c := range m {
+			if _, ok := m.Lookup(c.ClusterID); !ok {
+				t.Fatalf("cluster %q not found by Lookup", c.ClusterID)
+			}
+			for _, mon := range c.Monitors {
+				eps, err := MonitorEndpoints(mon)
+				if err != nil || len(eps) == 0 {
+					t.Fatalf("accepted monitor %q has no endpoints: %v", mon, err)
+				}
+			}
+		}
+	})
 }

@@ -1,0 +1,194 @@
+package rbd
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/volid"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// These need no cluster: parameter parsing and the matching of a repeated request against its
+// reservation are plain functions.
+
+func TestParseVolumeParams(t *testing.T) {
+	base := map[string]string{"clusterID": "c", "pool": "rbd"}
+	with := func(kv ...string) map[string]string {
+		p := map[string]string{}
+		for k, v := range base {
+			p[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i+1] == "-" {
+				delete(p, kv[i])
+			} else {
+				p[kv[i]] = kv[i+1]
+			}
+		}
+		return p
+	}
+	tests := []struct {
+		name     string
+		in       map[string]string
+		errField string // "" = valid; else the parameter the INVALID_ARGUMENT must name
+		check    func(t *testing.T, v volumeParams)
+	}{
+		{"defaults", base, "", func(t *testing.T, v volumeParams) {
+			if !slices.Equal(v.Features, DefaultImageFeatures) || v.Mounter != "krbd" || v.nsSet {
+				t.Errorf("defaults = %+v", v)
+			}
+		}},
+		{"sidecar keys ignored", with("csi.storage.k8s.io/pvc/name", "x", "csi.storage.k8s.io/fstype", "xfs"), "", nil},
+		{"namespace set", with("radosNamespace", "k8s"), "", func(t *testing.T, v volumeParams) {
+			if v.Namespace != "k8s" || !v.nsSet {
+				t.Errorf("namespace = %q set %v", v.Namespace, v.nsSet)
+			}
+		}},
+		{"empty namespace is set too", with("radosNamespace", ""), "", func(t *testing.T, v volumeParams) {
+			if !v.nsSet {
+				t.Error("an explicit empty radosNamespace must override the cluster map's")
+			}
+		}},
+		{"features deduplicated", with("imageFeatures", "layering, layering,exclusive-lock"), "", func(t *testing.T, v volumeParams) {
+			if !slices.Equal(v.Features, []string{"exclusive-lock", "layering"}) { // sorted, as journal attributes compare them
+				t.Errorf("features = %v", v.Features)
+			}
+		}},
+		{"missing cluster", with("clusterID", "-"), "clusterID", nil},
+		{"missing pool", with("pool", "-"), "pool", nil},
+		{"unknown key", with("imagefeatures", "layering"), "", nil}, // checked below: names the key
+		{"unknown feature", with("imageFeatures", "layering,teleport"), "imageFeatures", nil},
+		{"feature without its dependency", with("imageFeatures", "layering,fast-diff"), "imageFeatures", nil},
+		{"bad mounter", with("mounter", "nfs"), "mounter", nil},
+		{"bad fstype", with("csi.storage.k8s.io/fstype", "btrfs"), "csi.storage.k8s.io/fstype", nil},
+		{"namespace too long", with("radosNamespace", strings.Repeat("n", 33)), "radosNamespace", nil},
+		{"namespace injection", with("radosNamespace", "../x"), "radosNamespace", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := parseVolumeParams(tt.in)
+			if tt.name == "unknown key" {
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"imagefeatures"`) {
+					t.Fatalf("err = %v, want INVALID_ARGUMENT naming the key", err)
+				}
+				return
+			}
+			if tt.errField == "" {
+				if err != nil {
+					t.Fatalf("unexpected error %v", err)
+				}
+				if tt.check != nil {
+					tt.check(t, v)
+				}
+				return
+			}
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `parameters["`+tt.errField+`"]`) {
+				t.Fatalf("err = %v, want INVALID_ARGUMENT naming parameters[%q]", err, tt.errField)
+			}
+		})
+	}
+}
+
+func TestValidateCreate(t *testing.T) {
+	mount := []*csi.VolumeCapability{{
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}}
+	params := map[string]string{"clusterID": "c", "pool": "rbd"}
+	snapOn := func(cluster string) *csi.VolumeContentSource {
+		id := volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: cluster, PoolID: 2, UID: "aaaaaaaaaaaaaaaa"}, SnapUID: "bbbbbbbbbbbbbbbb"}
+		return &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: id.String()}}}
+	}
+	tests := []struct {
+		name string
+		req  *csi.CreateVolumeRequest
+		code codes.Code
+		size int64
+	}{
+		{"default size", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: mount, Parameters: params}, codes.OK, 1 << 30},
+		{"limit only", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: mount, Parameters: params,
+			CapacityRange: &csi.CapacityRange{LimitBytes: 1 << 20}}, codes.OK, 1 << 20},
+		{"no name", &csi.CreateVolumeRequest{VolumeCapabilities: mount, Parameters: params}, codes.InvalidArgument, 0},
+		{"no capabilities", &csi.CreateVolumeRequest{Name: "v", Parameters: params}, codes.InvalidArgument, 0},
+		{"negative size", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: mount, Parameters: params,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: -1}}, codes.InvalidArgument, 0},
+		{"limit below required", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: mount, Parameters: params,
+			CapacityRange: &csi.CapacityRange{RequiredBytes: 2 << 20, LimitBytes: 1 << 20}}, codes.InvalidArgument, 0},
+		{"source on another cluster", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: mount, Parameters: params,
+			VolumeContentSource: snapOn("other")}, codes.InvalidArgument, 0},
+		{"malformed source", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: mount, Parameters: params,
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: "-oX"}}}},
+			codes.NotFound, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := validateCreate(tt.req, 1<<30)
+			if status.Code(err) != tt.code {
+				t.Fatalf("code = %v (%v), want %v", status.Code(err), err, tt.code)
+			}
+			if err == nil && r.size != tt.size {
+				t.Fatalf("size = %d, want %d", r.size, tt.size)
+			}
+		})
+	}
+}
+
+func TestCompatible(t *testing.T) {
+	rec := &journal.Record{UID: "aaaaaaaaaaaaaaaa", Name: "v", Attrs: map[string]string{attrSize: "8388608", attrSource: ""}}
+	req := func(required, limit int64) *csi.CreateVolumeRequest {
+		return &csi.CreateVolumeRequest{Name: "v", CapacityRange: &csi.CapacityRange{RequiredBytes: required, LimitBytes: limit}}
+	}
+	snap := source{Snap: &volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: "c", PoolID: 2, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}
+	tests := []struct {
+		name string
+		req  *csi.CreateVolumeRequest
+		src  source
+		code codes.Code
+	}{
+		{"same request", req(8<<20, 0), source{}, codes.OK},
+		{"smaller required fits", req(4<<20, 0), source{}, codes.OK},
+		{"larger required", req(16<<20, 0), source{}, codes.AlreadyExists},
+		{"limit below size", req(0, 4<<20), source{}, codes.AlreadyExists},
+		{"other source", req(8<<20, 0), snap, codes.AlreadyExists},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			size, err := compatible(rec, tt.req, tt.src)
+			if status.Code(err) != tt.code {
+				t.Fatalf("code = %v (%v), want %v", status.Code(err), err, tt.code)
+			}
+			if err == nil && size != 8<<20 {
+				t.Fatalf("size = %d, want the reservation's", size)
+			}
+		})
+	}
+	broken := &journal.Record{UID: "aaaaaaaaaaaaaaaa", Name: "v", Attrs: map[string]string{attrSize: "x"}}
+	if _, err := compatible(broken, req(1, 0), source{}); status.Code(err) != codes.Internal {
+		t.Fatalf("a reservation without a valid size: %v, want INTERNAL", err)
+	}
+}
+
+func TestSourceImage(t *testing.T) {
+	vol := volid.RBDVolume{ClusterID: "c", PoolID: 7, Namespace: "ns", UID: "aaaaaaaaaaaaaaaa"}
+	snap := volid.RBDSnapshot{RBDVolume: vol, SnapUID: "bbbbbbbbbbbbbbbb"}
+	tests := []struct {
+		attr string
+		want *trashedImage
+	}{
+		{"", nil},
+		{"volume:" + vol.String(), &trashedImage{poolID: 7, ns: "ns", name: "csi-vol-aaaaaaaaaaaaaaaa"}},
+		{"snapshot:" + snap.String(), &trashedImage{poolID: 7, ns: "ns", name: "csi-vol-aaaaaaaaaaaaaaaa"}},
+		{"volume:garbage", nil},
+		{"snapshot:" + vol.String(), nil}, // a volume ID where a snapshot ID belongs
+		{"image:" + vol.String(), nil},
+	}
+	for _, tt := range tests {
+		got := sourceImage(tt.attr)
+		if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
+			t.Errorf("sourceImage(%q) = %+v, want %+v", tt.attr, got, tt.want)
+		}
+	}
+}
