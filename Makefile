@@ -141,14 +141,15 @@ e2e-tools: $(BIN)/helm $(BIN)/kube-controller-manager $(BIN)/kube-apiserver $(BI
 	$(BIN)/csi-addons-manager $(BIN)/csi-addons-sidecar
 
 # gofmt and goimports (imports grouped, std first, this module's as third-party), go vet,
-# staticcheck, and go.mod/go.sum exactly as `go mod tidy` would leave them (the driver's module
-# and every tools module).
+# staticcheck, go.mod/go.sum exactly as `go mod tidy` would leave them (the driver's module and
+# every tools module), and every package listed in the README's Layout.
 lint: $(BIN)/staticcheck $(BIN)/goimports
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@out=$$($(BIN)/goimports -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "goimports needed (make fmt):"; echo "$$out"; exit 1; fi
 	@for m in . $$(ls -d $(TOOLS)/*/); do (cd $$m && GOFLAGS= go mod tidy -diff >/dev/null) || { echo "go mod tidy needed in $$m:"; (cd $$m && GOFLAGS= go mod tidy -diff); exit 1; }; done
 	go vet ./...
 	$(BIN)/staticcheck ./...
+	scripts/check-layout.sh
 
 fmt: $(BIN)/goimports
 	gofmt -w $$(git ls-files '*.go')
