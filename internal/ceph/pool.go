@@ -413,14 +413,16 @@ func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (
 	// operation lock (package linger), so a retry cannot race it
 	held := sync.OnceFunc(linger.Hold(ctx))
 	go func() {
-		defer held()
-		defer c.pool.release(c.e)
 		v, err := fn(c.e.conn)
 		if err != nil && retire(Wrap(op, err)) {
 			// also when the caller gave up on it already: the next RPC must not get this
 			// connection
 			c.pool.markBroken(c.e)
 		}
+		// both before the result is handed over: a caller that has its answer must find the
+		// operation lock free for its next request
+		held()
+		c.pool.release(c.e)
 		ch <- result{v, err}
 	}()
 	select {
