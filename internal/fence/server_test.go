@@ -1,27 +1,24 @@
 package fence
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	fencepb "github.com/csi-addons/spec/lib/go/fence"
 	identitypb "github.com/csi-addons/spec/lib/go/identity"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/logtest"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
 )
 
 // testKey is a well-formed cephx key that must never reach a log line.
@@ -311,42 +308,11 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The csi-addons requests mark secrets with csi.v1.csi_secret, so the logging interceptor's
 // protosanitizer strips them; this proves it for every fence RPC at the highest verbosity,
 // failures included.
 func TestNoSecretInFenceLogs(t *testing.T) {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	for k, v := range map[string]string{"v": "10", "logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
-		if err := fs.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	logs := &syncBuffer{}
-	klog.SetOutput(logs)
-	t.Cleanup(func() {
-		klog.Flush()
-		_ = fs.Set("v", "0")
-		_ = fs.Set("logtostderr", "true")
-	})
-
+	logs := logtest.Capture(t, 10)
 	c, conn := fakeServer(t, true, Options{ServeFenceClients: true})
 	ctx := context.Background()
 	_, _ = c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24")})
@@ -356,17 +322,14 @@ func TestNoSecretInFenceLogs(t *testing.T) {
 	_, _ = c.fence.UnfenceClusterNetwork(ctx, &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24")})
 	conn.err = errors.New("cannot connect")
 	_, _ = c.fence.UnfenceClusterNetwork(ctx, &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24")})
-	klog.Flush()
 	out := logs.String()
 	for _, want := range []string{"/fence.FenceController/FenceClusterNetwork", `\"secrets\":\"***stripped***\"`, "192.0.2.0/24", "Fenced", "refusing to fence", "cannot connect"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
-	for _, secret := range []string{testKey, testKey[:16], testKey[8:30]} {
-		if strings.Contains(out, secret) {
-			t.Errorf("secret %q in the logs", secret)
-		}
+	if leaks := logtest.Leaks(out, testKey); len(leaks) > 0 {
+		t.Errorf("secret %q in the logs", leaks)
 	}
 	if t.Failed() {
 		t.Logf("logs:\n%s", out)
