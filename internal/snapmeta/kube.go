@@ -7,6 +7,7 @@ import (
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	"github.com/monoceph/monoceph/internal/kubelog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -47,6 +48,7 @@ type APIServer struct {
 var _ Kube = (*APIServer)(nil)
 
 func (k *APIServer) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
+	ctx = kubelog.Context(ctx) // the request and response bodies hold the token
 	if token == "" {
 		return authnv1.UserInfo{}, status.Error(codes.Unauthenticated, "security_token is missing")
 	}
@@ -68,6 +70,7 @@ func (k *APIServer) Authenticate(ctx context.Context, token string) (authnv1.Use
 }
 
 func (k *APIServer) Authorize(ctx context.Context, u authnv1.UserInfo, namespace string) error {
+	ctx = kubelog.Context(ctx)
 	extra := map[string]authzv1.ExtraValue{}
 	for key, v := range u.Extra {
 		extra[key] = authzv1.ExtraValue(v)
@@ -90,6 +93,7 @@ func (k *APIServer) Authorize(ctx context.Context, u authnv1.UserInfo, namespace
 }
 
 func (k *APIServer) Snapshot(ctx context.Context, namespace, name string) (string, map[string]string, error) {
+	ctx = kubelog.Context(ctx) // the Secret's body holds the Ceph key
 	vs, err := k.Snapshots.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", nil, apiError(err, "VolumeSnapshot %s/%s", namespace, name)
