@@ -199,7 +199,7 @@ func tlsPath(b *testing.B, e *env, base, target volid.RBDSnapshot) func() (int, 
 		b.Fatal(err)
 	}
 	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile,
-		NewKubeServer(e.engine, staticKube{handle: target.String(), secrets: e.cl.Secrets()}), server.NewMetrics(prometheus.NewRegistry()))
+		NewKubeServer(e.engine, staticKube{handle: target.String(), secrets: e.cl.Secrets()}, Limits{}), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -48,13 +48,22 @@ type kubeEnv struct {
 	kc   kubernetes.Interface
 	sc   snapclient.Interface
 	addr string
+	// metrics of the TLS server
+	metrics *server.Metrics
+	reg     *prometheus.Registry
 }
 
 func newKubeEnv(t *testing.T) *kubeEnv {
 	t.Helper()
+	return newKubeEnvWith(t, Options{MaxStreamDuration: time.Minute}, Limits{})
+}
+
+// newKubeEnvWith is newKubeEnv with the engine's options and the service's limits given.
+func newKubeEnvWith(t *testing.T, opts Options, limits Limits) *kubeEnv {
+	t.Helper()
 	cp := kubetest.Start(t, kubetest.Options{})
 	cp.ApplyCRDs(t, kubetest.SnapshotCRDs(t)...)
-	k := &kubeEnv{env: newEnv(t, Options{MaxStreamDuration: time.Minute}), cp: cp,
+	k := &kubeEnv{env: newEnv(t, opts), cp: cp,
 		kc: kubernetes.NewForConfigOrDie(cp.Admin), sc: snapclient.NewForConfigOrDie(cp.Admin)}
 	ctx := context.Background()
 	must := func(_ any, err error) {
@@ -91,7 +100,9 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 		t.Fatal(err)
 	}
 	kube := &APIServer{Client: k.kc, Snapshots: k.sc, Audience: testAudience, Driver: testDriver}
-	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile, NewKubeServer(k.engine, kube), server.NewMetrics(prometheus.NewRegistry()))
+	k.reg = prometheus.NewRegistry()
+	k.metrics = server.NewMetrics(k.reg)
+	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile, NewKubeServer(k.engine, kube, limits), k.metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
