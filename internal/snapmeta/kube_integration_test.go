@@ -7,8 +7,6 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -90,15 +88,7 @@ func newKubeEnvWith(t *testing.T, opts Options, limits Limits) *kubeEnv {
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "snapshot-reader"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: backupNS}}}, metav1.CreateOptions{}))
 
-	dir := t.TempDir()
-	certPEM, keyPEM := cp.CA.Issue(t, "snapshot-metadata")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile := keyPairFiles(t, cp.CA, "snapshot-metadata")
 	kube := &APIServer{Client: k.kc, Snapshots: k.sc, Audience: testAudience, Driver: testDriver}
 	k.reg = prometheus.NewRegistry()
 	k.metrics = server.NewMetrics(k.reg)

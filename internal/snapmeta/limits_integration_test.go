@@ -6,18 +6,15 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"runtime/debug"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/api"
+	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,79 +39,17 @@ type stuckStream struct {
 	Base, Target, Namespace string
 }
 
-// stuckClient runs the plan in another process, so that its goroutines, buffers and memory
-// are not counted as the server's.
-type stuckClient struct {
-	in    io.WriteCloser
-	lines chan string
-}
-
-func startStuckClient(t *testing.T, plan stuckPlan) *stuckClient {
+// startStuckClient runs the plan in another process, so that its goroutines, buffers and
+// memory are not counted as the server's.
+func startStuckClient(t *testing.T, plan stuckPlan) *childtest.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestStuckClientHelper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "MONOCEPH_SNAPMETA_STUCK_CLIENT=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &stuckClient{in: in, lines: make(chan string, 64)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), "helper: "); ok {
-				c.lines <- line
-			}
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
+	c := childtest.Start(t, "TestStuckClientHelper", "MONOCEPH_SNAPMETA_STUCK_CLIENT=1")
 	b, err := json.Marshal(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fmt.Fprintf(in, "%s\n", b); err != nil {
-		t.Fatal(err)
-	}
+	c.Send(t, "%s", b)
 	return c
-}
-
-func (c *stuckClient) next(t *testing.T, within time.Duration) string {
-	t.Helper()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			t.Fatal("stuck client exited")
-		}
-		return line
-	case <-time.After(within):
-		t.Fatalf("stuck client said nothing for %v", within)
-	}
-	return ""
-}
-
-func (c *stuckClient) tell(t *testing.T, cmd string) {
-	t.Helper()
-	if _, err := fmt.Fprintln(c.in, cmd); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestStuckClientHelper is the stuck client: it connects once per user (fixed 64 KiB windows,
@@ -155,7 +90,7 @@ func TestStuckClientHelper(t *testing.T) {
 			t.Fatalf("warm-up as %s: %v", user, err)
 		}
 	}
-	fmt.Println("helper: ready")
+	childtest.Say("ready")
 	if !sc.Scan() || sc.Text() != "open" {
 		t.Fatal("no open command")
 	}
@@ -169,10 +104,10 @@ func TestStuckClientHelper(t *testing.T) {
 		go func() { _, err := st.Recv(); first <- err }()
 		select {
 		case err := <-first:
-			fmt.Printf("helper: first %s %s\n", s.Name, status.Code(err))
+			childtest.Say("first %s %s", s.Name, status.Code(err))
 		case <-time.After(2 * time.Second):
-			fmt.Printf("helper: first %s waiting\n", s.Name)
-			go func() { fmt.Printf("helper: end %s %s\n", s.Name, status.Code(<-first)) }()
+			childtest.Say("first %s waiting", s.Name)
+			go func() { childtest.Say("end %s %s", s.Name, status.Code(<-first)) }()
 		}
 	}
 	for sc.Scan() { // hold every stream, unread, until the test is done
@@ -224,12 +159,7 @@ func TestStuckReadersAreCutAtTheLimit(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup2", Namespace: backupNS}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// 16,384 extents: far more than the windows, the transport's write quota and the queue hold
-	im := k.newImageOrder(t, 16<<20, 16)
-	fillObjects(t, im)
-	base := im.snap(t)
-	im.writeStrided(t, 512, 512, 1024)
-	target := im.snap(t)
+	base, target, _ := k.manyExtents(t)
 	k.volumeSnapshot(t, "big", target.String(), testDriver, true)
 
 	stream := func(name, user string) stuckStream {
@@ -243,16 +173,16 @@ func TestStuckReadersAreCutAtTheLimit(t *testing.T) {
 			stream("b1", "b"), // within every stream cap, but both diff turns are taken: waits
 			stream("b2", "b"), // past the total cap
 		}})
-	if got := c.next(t, time.Minute); got != "ready" {
+	if got := c.Next(t, time.Minute); got != "ready" {
 		t.Fatalf("stuck client: %s", got)
 	}
 	goroutines0, rss0 := settled(t)
 
 	opened := time.Now()
-	c.tell(t, "open")
+	c.Send(t, "open")
 	want := []string{"first a1 OK", "first a2 OK", "first a3 ResourceExhausted", "first b1 waiting", "first b2 ResourceExhausted"}
 	for _, w := range want {
-		if got := c.next(t, 30*time.Second); got != w {
+		if got := c.Next(t, 30*time.Second); got != w {
 			t.Fatalf("stuck client: %q, want %q", got, w)
 		}
 	}
@@ -262,23 +192,13 @@ func TestStuckReadersAreCutAtTheLimit(t *testing.T) {
 	_, rssStuck := settled(t)
 
 	// the limit cuts every stream, also the one still waiting for its turn
-	for inFlight(t, k.reg) > 0 {
-		if time.Since(opened) > limit+5*time.Second {
-			t.Fatalf("%v after the streams opened, %v handlers still run", time.Since(opened), inFlight(t, k.reg))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, opened.Add(limit+5*time.Second), "every handler to return", func() bool { return inFlight(t, k.reg) == 0 })
 	cut := time.Since(opened)
 	// b1 got a turn when a's streams were cut, just before its own cut (its first message), or not
-	if got := c.next(t, 5*time.Second); got != "end b1 DeadlineExceeded" && got != "end b1 OK" {
+	if got := c.Next(t, 5*time.Second); got != "end b1 DeadlineExceeded" && got != "end b1 OK" {
 		t.Errorf("the stream waiting for a diff turn: %q, want DeadlineExceeded or a first message", got)
 	}
-	for k.engine.openImages.Load() != 0 {
-		if time.Since(opened) > limit+10*time.Second {
-			t.Fatalf("%d images still open", k.engine.openImages.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, opened.Add(limit+10*time.Second), "every image closed", func() bool { return k.engine.openImages.Load() == 0 })
 	goroutines1, rss1 := settled(t)
 	t.Logf("handlers returned %v after the streams opened (limit %v); goroutines %d before, %d after; RSS %.1f MiB before, %.1f while stuck, %.1f after; peak diff iterations %d",
 		cut.Round(10*time.Millisecond), limit, goroutines0, goroutines1, rss0, rssStuck, rss1, k.engine.peakDiffs.Load())
@@ -328,38 +248,14 @@ func countAPIDelta(client api.SnapshotMetadataClient, token, base, target string
 func TestStuckReaderOnCSISocketIsCut(t *testing.T) {
 	const limit = 3 * time.Second
 	e := newEnv(t, Options{MaxStreamDuration: limit})
-	im := e.newImageOrder(t, 16<<20, 16)
-	fillObjects(t, im)
-	base := im.snap(t)
-	im.writeStrided(t, 512, 512, 1024)
-	target := im.snap(t)
-
-	client := csi.NewSnapshotMetadataClient(e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)))
+	base, target, _ := e.manyExtents(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opened := time.Now()
-	st, err := client.GetMetadataDelta(ctx, &csi.GetMetadataDeltaRequest{
-		BaseSnapshotId: base.String(), TargetSnapshotId: target.String(), MaxResults: 1, Secrets: e.cl.Secrets()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	// never read again
-	for inFlight(t, e.reg) > 0 {
-		if time.Since(opened) > limit+5*time.Second {
-			t.Fatalf("the handler still runs %v after the stream opened", time.Since(opened))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.openUnread(t, ctx, base, target) // and never read again
+	waitUntil(t, opened.Add(limit+5*time.Second), "the handler to return", func() bool { return inFlight(t, e.reg) == 0 })
 	if cut := time.Since(opened); cut < limit-time.Second {
 		t.Errorf("the handler returned after %v, before the %v limit", cut, limit)
 	}
-	for e.engine.openImages.Load() != 0 {
-		if time.Since(opened) > limit+10*time.Second {
-			t.Fatal("image still open")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, opened.Add(limit+10*time.Second), "the image closed", func() bool { return e.engine.openImages.Load() == 0 })
 }

@@ -35,19 +35,26 @@ func (refuseAll) Snapshot(context.Context, string, string) (string, map[string]s
 	return "", nil, nil
 }
 
-// startTLS serves the Kubernetes-facing API with limits l and returns its address and CA.
-func startTLS(t *testing.T, l Limits) (string, *x509.CertPool) {
+// keyPairFiles writes a key pair ca issues for name into PEM files and returns their paths.
+func keyPairFiles(t testing.TB, ca *kubetest.CA, name string) (certFile, keyFile string) {
 	t.Helper()
-	ca := kubetest.NewCA(t)
-	certPEM, keyPEM := ca.Issue(t, "snapshot-metadata")
+	certPEM, keyPEM := ca.Issue(t, name)
 	dir := t.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return certFile, keyFile
+}
+
+// startTLS serves the Kubernetes-facing API with limits l and returns its address and CA.
+func startTLS(t *testing.T, l Limits) (string, *x509.CertPool) {
+	t.Helper()
+	ca := kubetest.NewCA(t)
+	certFile, keyFile := keyPairFiles(t, ca, "snapshot-metadata")
 	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile,
 		NewKubeServer(NewEngine(Options{MaxStreamDuration: 2 * time.Second}), refuseAll{}, l), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
