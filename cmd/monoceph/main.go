@@ -16,6 +16,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs"
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/monoceph/monoceph/internal/fence"
+	"github.com/monoceph/monoceph/internal/snapmeta"
 	"github.com/monoceph/monoceph/internal/version"
 	"k8s.io/klog/v2"
 )
@@ -51,6 +52,12 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.IntVar(&cfg.FenceFallbackMaxPrefixV6, "fence-fallback-max-prefix-v6", fence.DefaultFallbackMaxPrefixV6, "on monitors without range blocklisting, widest IPv6 range fenced address by address (112-128)")
 	fs.StringVar(&cfg.SnapshotMetadata.BlockType, "snapshot-metadata-block-type", "variable", "changed block tracking: variable (exact extents) or fixed (whole RADOS objects)")
 	fs.DurationVar(&cfg.SnapshotMetadata.MaxStreamDuration, "snapshot-metadata-max-stream-duration", time.Hour, "bound on one changed block tracking stream (0: none)")
+	fs.IntVar(&cfg.SnapshotMetadata.MaxConcurrentDiffs, "snapshot-metadata-max-concurrent-diffs", snapmeta.DefaultMaxConcurrentDiffs, "changed block tracking: librbd diff iterations running at once; further streams wait for a turn")
+	fs.IntVar(&cfg.SnapshotMetadata.Limits.MaxStreams, "snapshot-metadata-max-streams", snapmeta.DefaultMaxStreams, "streams of the Kubernetes-facing SnapshotMetadata API open at once; more get RESOURCE_EXHAUSTED")
+	fs.IntVar(&cfg.SnapshotMetadata.Limits.MaxStreamsPerUser, "snapshot-metadata-max-streams-per-user", snapmeta.DefaultMaxStreamsPerUser, "of those, streams one authenticated user may hold")
+	fs.DurationVar(&cfg.SnapshotMetadata.Limits.KeepaliveTime, "snapshot-metadata-keepalive-time", snapmeta.DefaultKeepaliveTime, "ping a connection of that API silent this long")
+	fs.DurationVar(&cfg.SnapshotMetadata.Limits.KeepaliveTimeout, "snapshot-metadata-keepalive-timeout", snapmeta.DefaultKeepaliveTimeout, "close it when the ping goes unanswered this long")
+	fs.DurationVar(&cfg.SnapshotMetadata.Limits.MaxConnectionAge, "snapshot-metadata-max-connection-age", snapmeta.DefaultMaxConnectionAge, "ask a connection of that API to go away at this age; its streams get --snapshot-metadata-max-stream-duration to finish")
 	fs.StringVar(&cfg.SnapshotMetadata.Address, "snapshot-metadata-address", "", "host:port of the Kubernetes-facing SnapshotMetadata API for backup applications, TLS (empty: off)")
 	fs.StringVar(&cfg.SnapshotMetadata.TLSCert, "snapshot-metadata-tls-cert", "", "its TLS certificate (PEM), re-read when it changes")
 	fs.StringVar(&cfg.SnapshotMetadata.TLSKey, "snapshot-metadata-tls-key", "", "its TLS private key (PEM)")

@@ -53,6 +53,8 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 		{"zero timeout", append([]string{"--type=rbd", "--ceph-op-timeout=0s"}, base...), "--ceph-op-timeout"},
 		{"negative clone wait", append([]string{"--type=cephfs", "--cephfs-clone-wait=-1s"}, base...), "--cephfs-clone-wait"},
 		{"bad block type", append([]string{"--type=rbd", "--snapshot-metadata-block-type=exact"}, base...), "--snapshot-metadata-block-type"},
+		{"negative stream cap", append([]string{"--type=rbd", "--snapshot-metadata-max-streams-per-user=-1"}, base...), "--snapshot-metadata-max-streams-per-user"},
+		{"negative connection age", append([]string{"--type=rbd", "--snapshot-metadata-max-connection-age=-1s"}, base...), "--snapshot-metadata-max-connection-age"},
 		{"snapshot metadata without TLS", append([]string{"--type=rbd", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-audience=a"}, base...), "--snapshot-metadata-tls-cert"},
 		{"snapshot metadata without audience", append([]string{"--type=rbd", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-tls-cert=c", "--snapshot-metadata-tls-key=k"}, base...), "--snapshot-metadata-audience"},
 		{"snapshot metadata on a node", append([]string{"--type=rbd", "--mode=node", "--snapshot-metadata-address=127.0.0.1:0"}, base...), "RBD controllers"},

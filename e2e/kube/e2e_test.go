@@ -74,7 +74,7 @@ func (e *env) stepInstall() {
 	}
 	e.t.Logf("release objects: %v", kinds)
 	for kind, n := range map[string]int{"Deployment": 2, "DaemonSet": 2, "CSIDriver": 2, "ConfigMap": 1, "StorageClass": 2,
-		"VolumeSnapshotClass": 2, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 4} {
+		"VolumeSnapshotClass": 2, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 2} {
 		if kinds[kind] != n {
 			e.t.Errorf("release has %d %s objects, want %d", kinds[kind], kind, n)
 		}
@@ -392,9 +392,9 @@ func (e *env) stepNoDenials() {
 	}
 }
 
-// kept are the objects `helm uninstall` leaves on purpose (helm.sh/resource-policy: keep).
-var kept = map[string]bool{"Secret/" + release + "-ceph-user": true, "Secret/" + release + "-ceph-node-user": true,
-	"Secret/" + release + "-rbd-snapshot-metadata-ca": true}
+// kept are the objects `helm uninstall` leaves on purpose (helm.sh/resource-policy: keep). The
+// Ceph user Secrets are the README's own, not the release's.
+var kept = map[string]bool{"Secret/" + release + "-rbd-snapshot-metadata-ca": true}
 
 func (e *env) stepUninstall() {
 	ctx := context.Background()

@@ -46,7 +46,7 @@ type env struct {
 }
 
 // binaries the e2e test runs; make e2e builds them all into MONOCEPH_E2E_BIN.
-var binaries = []string{"monoceph", "helm", "csi-provisioner", "csi-snapshotter", "snapshot-controller",
+var binaries = []string{"monoceph", "helm", "kubectl", "csi-provisioner", "csi-snapshotter", "snapshot-controller",
 	"csi-resizer", "csi-addons-manager", "csi-addons-sidecar"}
 
 func newEnv(t *testing.T) *env {

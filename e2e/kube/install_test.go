@@ -1,8 +1,12 @@
 package kube
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -55,23 +59,57 @@ cephfs:
 func (e *env) helmInstall() {
 	e.t.Helper()
 	script := strings.TrimRight(e.readmeBlock("helm-install"), "\n") + " -f " + e.localValues() + "\n"
-	out := e.shell(script, "CEPH_MONITORS="+e.ceph.Monitors, "CEPH_ADMIN_KEY="+e.ceph.Admin.Key())
+	out := e.shell(script, "CEPH_MONITORS="+e.ceph.Monitors)
 	e.t.Logf("helm install:\n%s", out)
 	// NOTES.txt tells the user the next step of every feature this install enabled
 	for _, want := range []string{"storageClassName: monoceph-rbd", "storageClassName: monoceph-cephfs",
 		"create a NetworkFence with driver " + rbdDriver, `SnapshotMetadataService "` + rbdDriver + `"`,
-		"--resource-name=<sa>", "keeps the Ceph user Secret"} {
+		"--resource-name=<sa>", "keeps the changed block service's CA"} {
 		if !strings.Contains(out, want) {
 			e.t.Errorf("helm install notes lack %q", want)
 		}
 	}
-	if strings.Contains(out, e.ceph.Admin.Key()) {
-		e.t.Error("helm install printed the Ceph key")
-	}
+	e.noKeyInRelease(out)
 	// the PVs' node-stage secret is the node user's
 	s, err := e.kc.CoreV1().Secrets(namespace).Get(context.Background(), release+"-ceph-node-user", metav1.GetOptions{})
 	if err != nil || string(s.Data["userID"]) != "monoceph-node" {
 		e.t.Fatalf("node user Secret: %v", err)
+	}
+}
+
+// noKeyInRelease checks that no Ceph key (the README's users', the admin's) is in what helm
+// install printed, nor in Helm's release Secret, which holds the release's values and manifest
+// (base64 of gzipped JSON, in the Secret's data).
+func (e *env) noKeyInRelease(installOut string) {
+	e.t.Helper()
+	keys := []string{e.ceph.Admin.Key()}
+	for _, user := range []string{"client.monoceph", "client.monoceph-node"} {
+		if k, err := e.cephCmd("ceph", "auth", "get-key", user); err == nil && k != "" {
+			keys = append(keys, k)
+		} else {
+			e.t.Errorf("the README's Ceph user %s: %v", user, err)
+		}
+	}
+	s, err := e.kc.CoreV1().Secrets(namespace).Get(context.Background(), "sh.helm.release.v1."+release+".v1", metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	gz, err := base64.StdEncoding.DecodeString(string(s.Data["release"]))
+	if err != nil {
+		e.t.Fatalf("Helm's release Secret: %v", err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(gz))
+	if err != nil {
+		e.t.Fatalf("Helm's release Secret: %v", err)
+	}
+	rel, err := io.ReadAll(zr)
+	if err != nil || !bytes.Contains(rel, []byte(`"config":`)) || !bytes.Contains(rel, []byte("existingSecret")) {
+		e.t.Fatalf("Helm's release Secret does not hold the release's values (%v):\n%.300s", err, rel)
+	}
+	for i, k := range keys {
+		if bytes.Contains(rel, []byte(k)) || strings.Contains(installOut, k) {
+			e.t.Errorf("Ceph key %d of %d is in Helm's release Secret or in helm's output", i+1, len(keys))
+		}
 	}
 }
 

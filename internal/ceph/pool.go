@@ -190,28 +190,6 @@ func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flav
 	return &Conn{pool: p, e: e}, nil
 }
 
-// Existing returns a share of any healthy connection already open to monHost, whatever its
-// user. It serves the few CSI calls that carry no secrets (GetCapacity): they can only use
-// credentials some earlier RPC brought.
-func (p *Pool) Existing(monHost string) (*Conn, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, e := range p.entries {
-		if e.monHost != monHost || e.flavor != general || e.broken {
-			continue
-		}
-		select {
-		case <-e.ready:
-			if e.err == nil && e.conn != nil {
-				e.refs++
-				return &Conn{pool: p, e: e}, true
-			}
-		default:
-		}
-	}
-	return nil, false
-}
-
 func seconds(d time.Duration) string {
 	return strconv.Itoa(int(math.Ceil(d.Seconds())))
 }

@@ -50,7 +50,7 @@ func NewController(o Options) *Controller {
 	if o.CloneWait <= 0 {
 		o.CloneWait = DefaultCloneWait
 	}
-	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o, groups: map[string]bool{}}
+	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, Users: controller.NewClassUsers()}, opts: o, groups: map[string]bool{}}
 }
 
 // Every access mode works on a shared filesystem; there is no raw block CephFS volume.

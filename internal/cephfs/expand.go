@@ -106,7 +106,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 }
 
 // GetCapacity reports max_avail of the filesystem's first data pool (or the pool parameter),
-// through a connection an earlier RPC opened: the request carries no secrets.
+// as the user the StorageClass's CreateVolume calls carry: the request carries no secrets.
 func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	if caps := req.GetVolumeCapabilities(); len(caps) > 0 && support.Check(caps) != "" {
 		return &csi.GetCapacityResponse{}, nil
@@ -119,9 +119,9 @@ func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	if err != nil {
 		return nil, err
 	}
-	conn, ok := c.opts.Pool.Existing(cl.MonHost())
-	if !ok {
-		return nil, status.Errorf(codes.Unavailable, "no connection to cluster %q yet: GetCapacity carries no secrets, so it waits for an RPC that does", cl.ClusterID)
+	conn, err := c.ConnectAsClass(ctx, cl, p)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Release()
 	pool := p[paramPool]

@@ -128,6 +128,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer s.release()
+	c.RememberClassUser(req.GetParameters(), req.GetSecrets()) // for GetCapacity
 	fs := s.fs
 	if _, fscid := sourceIDs(r.src); fscid >= 0 && fscid != fs.ID {
 		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on another filesystem than %q", fs.Name)

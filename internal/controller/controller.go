@@ -25,6 +25,8 @@ const ReservedPrefix = "csi.storage.k8s.io/"
 type Base struct {
 	Clusters *clustermap.Store
 	Pool     *ceph.Pool
+	// Users remembers each StorageClass's Ceph user for GetCapacity (nil: none).
+	Users *ClassUsers
 }
 
 // Cluster resolves a clusterID; code is NOT_FOUND when the ID came from a volume or snapshot

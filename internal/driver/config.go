@@ -5,7 +5,10 @@ package driver
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
@@ -114,6 +117,9 @@ func (c *Config) Complete() error {
 	if c.ClusterConfig == "" {
 		return errors.New("--cluster-config is required: the path of the cluster map")
 	}
+	if c.MetricsAddress != "" {
+		c.MetricsAddress = bracketIPv6(c.MetricsAddress)
+	}
 	for name, d := range map[string]time.Duration{
 		"--ceph-connect-timeout": c.CephTimeouts.Connect, "--ceph-op-timeout": c.CephTimeouts.Op,
 		"--conn-idle-ttl": c.ConnIdleTTL, "--health-timeout": c.HealthTimeout, "--shutdown-grace": c.ShutdownGrace,
@@ -129,4 +135,21 @@ func (c *Config) Complete() error {
 		return err
 	}
 	return c.completeSnapshotMetadata()
+}
+
+// bracketIPv6 writes "fd00::1:9080" as "[fd00::1]:9080": the chart builds the node plugins'
+// listen address from the downward API's status.hostIP, which gives an IPv6 address without
+// brackets. Anything else is returned as it is, for net.Listen to judge.
+func bracketIPv6(addr string) string {
+	if _, _, err := net.SplitHostPort(addr); err == nil {
+		return addr
+	}
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 {
+		return addr
+	}
+	if ip, err := netip.ParseAddr(addr[:i]); err == nil && ip.Is6() {
+		return net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return addr
 }

@@ -47,7 +47,7 @@ func (d *Driver) registerCSIAddons() {
 	if d.addons == nil {
 		return
 	}
-	fc := fence.NewServer(d.clusters, d.pool, d.locks, d.cfg.fenceOptions())
+	fc := fence.NewServer(d.clusters, d.pool, d.cfg.fenceOptions())
 	fence.Register(d.addons.Server, fence.NewIdentity(d.cfg.DriverName, version.Get(), d.ready.Load, fc), fc)
 }
 

@@ -67,7 +67,7 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("--metrics-address: %w", err)
 		}
 	}
-	if d.grpc, err = server.NewGRPC(cfg.Endpoint, d.metrics); err != nil {
+	if d.grpc, err = server.NewGRPC(cfg.Endpoint, d.metrics, cfg.socketOptions()...); err != nil {
 		if d.http != nil {
 			d.http.Shutdown(0)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
 	"github.com/monoceph/monoceph/internal/snapmeta"
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -18,6 +19,12 @@ type SnapshotMetadataConfig struct {
 	BlockType string
 	// MaxStreamDuration bounds every stream; 0 leaves it to the caller's deadline.
 	MaxStreamDuration time.Duration
+	// MaxConcurrentDiffs bounds the librbd diff iterations running at once (both APIs; 0:
+	// snapmeta.DefaultMaxConcurrentDiffs).
+	MaxConcurrentDiffs int
+	// Limits bound the callers of the Kubernetes-facing API: streams in all and per user,
+	// keepalive, connection age (zero fields: snapmeta's defaults).
+	Limits snapmeta.Limits
 
 	// Address is where the Kubernetes-facing API listens (host:port, TLS); "" serves none.
 	Address string
@@ -38,6 +45,18 @@ func (c *Config) completeSnapshotMetadata() error {
 	if sm.MaxStreamDuration < 0 {
 		return fmt.Errorf("--snapshot-metadata-max-stream-duration=%v: must not be negative", sm.MaxStreamDuration)
 	}
+	for name, n := range map[string]int{"--snapshot-metadata-max-concurrent-diffs": sm.MaxConcurrentDiffs,
+		"--snapshot-metadata-max-streams": sm.Limits.MaxStreams, "--snapshot-metadata-max-streams-per-user": sm.Limits.MaxStreamsPerUser} {
+		if n < 0 {
+			return fmt.Errorf("%s=%d: must not be negative", name, n)
+		}
+	}
+	for name, d := range map[string]time.Duration{"--snapshot-metadata-keepalive-time": sm.Limits.KeepaliveTime,
+		"--snapshot-metadata-keepalive-timeout": sm.Limits.KeepaliveTimeout, "--snapshot-metadata-max-connection-age": sm.Limits.MaxConnectionAge} {
+		if d < 0 {
+			return fmt.Errorf("%s=%v: must not be negative", name, d)
+		}
+	}
 	if sm.Address == "" {
 		return nil
 	}
@@ -52,6 +71,16 @@ func (c *Config) completeSnapshotMetadata() error {
 	return nil
 }
 
+// socketOptions are the CSI socket's extra server options: the changed block streams of RBD
+// controllers are cut at --snapshot-metadata-max-stream-duration there too, at the transport,
+// so that a client that stopped reading cannot hold a handler past it.
+func (c Config) socketOptions() []grpc.ServerOption {
+	if c.Type != TypeRBD || !c.RunsController() {
+		return nil
+	}
+	return snapmeta.DeadlineOptions(c.SnapshotMetadata.MaxStreamDuration)
+}
+
 // registerSnapshotMetadata serves CSI SnapshotMetadata on the CSI socket (RBD controllers),
 // and the Kubernetes-facing API on its TLS address when configured, both on one engine; it
 // returns the capability that advertises the service.
@@ -59,7 +88,7 @@ func (d *Driver) registerSnapshotMetadata() (*csi.PluginCapability, error) {
 	sm := d.cfg.SnapshotMetadata
 	style, _ := snapmeta.ParseStyle(sm.BlockType) // checked by Complete
 	engine := snapmeta.NewEngine(snapmeta.Options{
-		Clusters: d.clusters, Pool: d.pool, Style: style, MaxStreamDuration: sm.MaxStreamDuration,
+		Clusters: d.clusters, Pool: d.pool, Style: style, MaxStreamDuration: sm.MaxStreamDuration, MaxConcurrentDiffs: sm.MaxConcurrentDiffs,
 	})
 	csi.RegisterSnapshotMetadataServer(d.grpc.Server, snapmeta.NewCSIServer(engine))
 	if sm.Address != "" {
@@ -67,7 +96,7 @@ func (d *Driver) registerSnapshotMetadata() (*csi.PluginCapability, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--snapshot-metadata-address: Kubernetes API: %w", err)
 		}
-		if d.snapTLS, err = snapmeta.NewTLSServer(sm.Address, sm.TLSCert, sm.TLSKey, snapmeta.NewKubeServer(engine, kube), d.metrics); err != nil {
+		if d.snapTLS, err = snapmeta.NewTLSServer(sm.Address, sm.TLSCert, sm.TLSKey, snapmeta.NewKubeServer(engine, kube, sm.Limits), d.metrics); err != nil {
 			return nil, fmt.Errorf("--snapshot-metadata-address: %w", err)
 		}
 	}

@@ -25,7 +25,8 @@ import (
 )
 
 // TestSnapshotMetadataRegistration checks that RBD controllers serve and advertise
-// SnapshotMetadata on the CSI socket, and node-only processes do neither.
+// SnapshotMetadata on the CSI socket, with the stream deadline on it, and node-only processes
+// do none of that.
 func TestSnapshotMetadataRegistration(t *testing.T) {
 	for _, tt := range []struct {
 		mode      Mode
@@ -40,6 +41,11 @@ func TestSnapshotMetadataRegistration(t *testing.T) {
 		t.Run(string(tt.typ)+"-"+string(tt.mode), func(t *testing.T) {
 			cfg := testConfig(t, tt.mode)
 			cfg.Type, cfg.CSIAddonsEndpoint = tt.typ, ""
+			cfg.SnapshotMetadata.MaxStreamDuration = time.Minute
+			// where the streams are served, the CSI socket cuts them at the transport
+			if cut := len(cfg.socketOptions()) > 0; cut != tt.advertise {
+				t.Errorf("CSI socket cuts streams at their maximum duration: %v, want %v", cut, tt.advertise)
+			}
 			d, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -15,11 +15,15 @@ import (
 
 // cluster is one connected Ceph cluster, as the FenceController needs it.
 type cluster interface {
-	Blocklist
+	store
 	// ClientAddrs are this process's own Ceph client addresses, as the cluster sees them.
 	ClientAddrs(ctx context.Context) ([]netip.Addr, error)
 	// MonitorAddrs are the monitors' addresses from the cluster's monmap.
 	MonitorAddrs(ctx context.Context) ([]netip.Addr, error)
+	// ManagerAddrs are the managers' addresses, active and standby.
+	ManagerAddrs(ctx context.Context) ([]netip.Addr, error)
+	// MDSAddrs are the addresses of every MDS of every filesystem, standbys included.
+	MDSAddrs(ctx context.Context) ([]netip.Addr, error)
 	FSID(ctx context.Context) (string, error)
 	Release()
 }
@@ -159,30 +163,161 @@ func (c *cephCluster) FSID(ctx context.Context) (string, error) {
 	return ceph.Call(ctx, c.conn, "get fsid", func(r *rados.Conn) (string, error) { return r.GetFSID() })
 }
 
+func (c *cephCluster) ManagerAddrs(ctx context.Context) ([]netip.Addr, error) {
+	dump, err := ceph.MonCommandRaw(ctx, c.conn, "mgr dump", []byte(`{"prefix":"mgr dump","format":"json"}`))
+	if err != nil {
+		return nil, err
+	}
+	meta, err := ceph.MonCommandRaw(ctx, c.conn, "mgr metadata", []byte(`{"prefix":"mgr metadata","format":"json"}`))
+	if err != nil {
+		return nil, err
+	}
+	return parseManagers(dump, meta)
+}
+
+func (c *cephCluster) MDSAddrs(ctx context.Context) ([]netip.Addr, error) {
+	out, err := ceph.MonCommandRaw(ctx, c.conn, "fs dump", []byte(`{"prefix":"fs dump","format":"json"}`))
+	if err != nil {
+		return nil, err
+	}
+	return parseFSMap(out)
+}
+
+func (c *cephCluster) ListRecords(ctx context.Context) (map[netip.Prefix]record, error) {
+	body, err := json.Marshal(map[string]string{"prefix": "config-key dump", "key": RecordKeyPrefix})
+	if err != nil {
+		return nil, err
+	}
+	out, err := ceph.MonCommandRaw(ctx, c.conn, "config-key dump "+RecordKeyPrefix, body)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRecords(out)
+}
+
+func (c *cephCluster) PutRecord(ctx context.Context, r record) error {
+	key, val, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	body, err := json.Marshal(map[string]string{"prefix": "config-key set", "key": key, "val": val})
+	if err != nil {
+		return err
+	}
+	_, err = ceph.MonCommandRaw(ctx, c.conn, "config-key set "+key, body)
+	return err
+}
+
+func (c *cephCluster) DeleteRecord(ctx context.Context, p netip.Prefix) error {
+	body, err := json.Marshal(map[string]string{"prefix": "config-key rm", "key": recordKey(p)})
+	if err != nil {
+		return err
+	}
+	_, err = ceph.MonCommandRaw(ctx, c.conn, "config-key rm "+recordKey(p), body)
+	return err
+}
+
+// addrvec is an entity address vector as Ceph's JSON dumps write it.
+type addrvec struct {
+	Addrvec []struct {
+		Addr string `json:"addr"`
+	} `json:"addrvec"`
+}
+
+// appendAddrvec adds the IPs of v to list, each once.
+func appendAddrvec(list []netip.Addr, v addrvec, what string) ([]netip.Addr, error) {
+	for _, a := range v.Addrvec {
+		ap, err := netip.ParseAddrPort(a.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: address %q: %v", what, a.Addr, err)
+		}
+		if ip := ap.Addr().Unmap(); !containsAddr(list, ip) {
+			list = append(list, ip)
+		}
+	}
+	return list, nil
+}
+
 // parseMonmap collects every address of every monitor of `mon dump` JSON.
 func parseMonmap(out []byte) ([]netip.Addr, error) {
 	var m struct {
 		Mons []struct {
-			PublicAddrs struct {
-				Addrvec []struct {
-					Addr string `json:"addr"`
-				} `json:"addrvec"`
-			} `json:"public_addrs"`
+			PublicAddrs addrvec `json:"public_addrs"`
 		} `json:"mons"`
 	}
 	if err := json.Unmarshal(out, &m); err != nil {
 		return nil, fmt.Errorf("decode mon dump: %w", err)
 	}
 	var addrs []netip.Addr
+	var err error
 	for _, mon := range m.Mons {
-		for _, a := range mon.PublicAddrs.Addrvec {
-			ap, err := netip.ParseAddrPort(a.Addr)
-			if err != nil {
-				return nil, fmt.Errorf("mon dump: address %q: %v", a.Addr, err)
-			}
-			if ip := ap.Addr().Unmap(); !containsAddr(addrs, ip) {
-				addrs = append(addrs, ip)
-			}
+		if addrs, err = appendAddrvec(addrs, mon.PublicAddrs, "mon dump"); err != nil {
+			return nil, err
+		}
+	}
+	return addrs, nil
+}
+
+// parseManagers collects the active manager's addresses from `mgr dump` and every manager's
+// (standbys have no address in mgr dump) from `mgr metadata`.
+func parseManagers(dump, meta []byte) ([]netip.Addr, error) {
+	var d struct {
+		ActiveAddrs addrvec `json:"active_addrs"`
+	}
+	if err := json.Unmarshal(dump, &d); err != nil {
+		return nil, fmt.Errorf("decode mgr dump: %w", err)
+	}
+	addrs, err := appendAddrvec(nil, d.ActiveAddrs, "mgr dump")
+	if err != nil {
+		return nil, err
+	}
+	var m []struct {
+		Name string `json:"name"`
+		Addr string `json:"addr"`
+	}
+	if err := json.Unmarshal(meta, &m); err != nil {
+		return nil, fmt.Errorf("decode mgr metadata: %w", err)
+	}
+	for _, mgr := range m {
+		ip, err := netip.ParseAddr(mgr.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("mgr metadata of %s: address %q: %v", mgr.Name, mgr.Addr, err)
+		}
+		if ip = ip.Unmap(); !containsAddr(addrs, ip) {
+			addrs = append(addrs, ip)
+		}
+	}
+	return addrs, nil
+}
+
+// parseFSMap collects the addresses of every MDS of `fs dump` JSON: each filesystem's, and
+// the standbys.
+func parseFSMap(out []byte) ([]netip.Addr, error) {
+	type mds struct {
+		Addrs addrvec `json:"addrs"`
+	}
+	var m struct {
+		Filesystems []struct {
+			MDSMap struct {
+				Info map[string]mds `json:"info"`
+			} `json:"mdsmap"`
+		} `json:"filesystems"`
+		Standbys []mds `json:"standbys"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil {
+		return nil, fmt.Errorf("decode fs dump: %w", err)
+	}
+	all := m.Standbys
+	for _, fs := range m.Filesystems {
+		for _, d := range fs.MDSMap.Info {
+			all = append(all, d)
+		}
+	}
+	var addrs []netip.Addr
+	var err error
+	for _, d := range all {
+		if addrs, err = appendAddrvec(addrs, d.Addrs, "fs dump"); err != nil {
+			return nil, err
 		}
 	}
 	return addrs, nil

@@ -3,8 +3,6 @@ package fence
 import (
 	"bufio"
 	"context"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/childtest"
 )
 
 // fencedSource is the loopback address the fenced clients connect from. The cluster, and every
@@ -73,74 +72,23 @@ func radosPut(t *testing.T, shim, pool, obj string) (string, error) {
 // remoteClient is one long-lived Ceph client on fencedSource: this test binary re-executed
 // under the shim, running TestFenceHelperClient.
 type remoteClient struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan string
-	addr  string
+	*childtest.Child
+	addr string
 }
 
 func startRemoteClient(t *testing.T, shim string) *remoteClient {
 	t.Helper()
-	cmd := fromSource(exec.Command(os.Args[0], "-test.run=^TestFenceHelperClient$", "-test.count=1"), shim)
-	cmd.Env = append(cmd.Env, "MONOCEPH_FENCE_HELPER=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &remoteClient{cmd: cmd, in: in, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if line, ok := strings.CutPrefix(sc.Text(), "helper: "); ok {
-				c.lines <- line
-			}
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-	})
-	c.addr = c.next(t)
+	c := &remoteClient{Child: childtest.Start(t, "TestFenceHelperClient",
+		"BIND_SRC="+fencedSource, "LD_PRELOAD="+shim, "MONOCEPH_FENCE_HELPER=1")}
+	c.addr = c.Next(t, 90*time.Second)
 	return c
-}
-
-func (c *remoteClient) next(t *testing.T) string {
-	t.Helper()
-	select {
-	case line, ok := <-c.lines:
-		if !ok {
-			t.Fatal("remote client exited")
-		}
-		return line
-	case <-time.After(90 * time.Second):
-		t.Fatal("remote client does not answer")
-	}
-	return ""
 }
 
 // write asks the remote client for one write and returns its errno (0: written).
 func (c *remoteClient) write(t *testing.T, obj string) int {
 	t.Helper()
-	if _, err := fmt.Fprintf(c.in, "write %s\n", obj); err != nil {
-		t.Fatal(err)
-	}
-	line := c.next(t)
+	c.Send(t, "write %s", obj)
+	line := c.Next(t, 90*time.Second)
 	n, err := strconv.Atoi(strings.TrimPrefix(line, "errno "))
 	if err != nil {
 		t.Fatalf("remote client said %q", line)
@@ -166,7 +114,7 @@ func TestFenceHelperClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Printf("helper: %s\n", addr)
+	childtest.Say("%s", addr)
 	ioctx, err := conn.Rados().OpenIOContext(env.RBDPool)
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +133,7 @@ func TestFenceHelperClient(t *testing.T) {
 				errno = -1
 			}
 		}
-		fmt.Printf("helper: errno %d\n", errno)
+		childtest.Say("errno %d", errno)
 	}
 }
 

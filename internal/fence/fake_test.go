@@ -11,20 +11,60 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 )
 
-// fakeBlocklist is an in-memory blocklist, with or without range support, counting commands.
+// fakeBlocklist is an in-memory blocklist, with or without range support, and fence records,
+// counting commands.
 type fakeBlocklist struct {
 	mu       sync.Mutex
 	ranges   bool
 	entries  map[Entry]Listed
+	records  map[netip.Prefix]record
 	adds     int
 	removes  int
 	lists    int
 	failAdd  error
 	failList error
+	failPut  error
+	onAdd    func(Entry) // called before an add, outside the lock
 }
 
 func newFakeBlocklist(ranges bool) *fakeBlocklist {
-	return &fakeBlocklist{ranges: ranges, entries: map[Entry]Listed{}}
+	return &fakeBlocklist{ranges: ranges, entries: map[Entry]Listed{}, records: map[netip.Prefix]record{}}
+}
+
+func (f *fakeBlocklist) ListRecords(context.Context) (map[netip.Prefix]record, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[netip.Prefix]record, len(f.records))
+	for p, r := range f.records {
+		r.Addrs = append([]byte(nil), r.Addrs...)
+		out[p] = r
+	}
+	return out, nil
+}
+
+func (f *fakeBlocklist) PutRecord(_ context.Context, r record) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failPut != nil {
+		return f.failPut
+	}
+	r.Addrs = append([]byte(nil), r.Addrs...)
+	f.records[r.Prefix] = r
+	return nil
+}
+
+func (f *fakeBlocklist) DeleteRecord(_ context.Context, p netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.records, p)
+	return nil
+}
+
+// recordedNow reports whether a record names e at this moment.
+func (f *fakeBlocklist) recordedNow(e Entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return recorded(f.records, e)
 }
 
 func (f *fakeBlocklist) SupportsRanges(context.Context) (bool, error) { return f.ranges, nil }
@@ -45,6 +85,9 @@ func (f *fakeBlocklist) List(context.Context) ([]Listed, error) {
 }
 
 func (f *fakeBlocklist) Add(_ context.Context, e Entry, expire time.Duration) error {
+	if f.onAdd != nil {
+		f.onAdd(e)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.adds++
@@ -97,12 +140,16 @@ type fakeCluster struct {
 	*fakeBlocklist
 	own      []netip.Addr
 	mons     []netip.Addr
+	mgrs     []netip.Addr
+	mdss     []netip.Addr
 	fsid     string
 	released int
 }
 
 func (c *fakeCluster) ClientAddrs(context.Context) ([]netip.Addr, error)  { return c.own, nil }
 func (c *fakeCluster) MonitorAddrs(context.Context) ([]netip.Addr, error) { return c.mons, nil }
+func (c *fakeCluster) ManagerAddrs(context.Context) ([]netip.Addr, error) { return c.mgrs, nil }
+func (c *fakeCluster) MDSAddrs(context.Context) ([]netip.Addr, error)     { return c.mdss, nil }
 func (c *fakeCluster) FSID(context.Context) (string, error)               { return c.fsid, nil }
 func (c *fakeCluster) Release()                                           { c.mu.Lock(); c.released++; c.mu.Unlock() }
 

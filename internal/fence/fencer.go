@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -105,7 +106,8 @@ func (o Options) entriesFor(p netip.Prefix, ranges bool) ([]Entry, error) {
 }
 
 // createdBy reports whether fencing p creates (or, on older monitors, would have created) e:
-// its range entry, or a whole-address entry inside it when p is within the fallback limit.
+// its range entry, or a whole-address entry inside it when p is within the fallback limit. An
+// unfence removes only such entries, and of those only the ones a record names.
 func (o Options) createdBy(e Listed, p netip.Prefix) bool {
 	if e.Instance {
 		return false
@@ -120,31 +122,45 @@ func (o Options) createdBy(e Listed, p netip.Prefix) bool {
 type result struct {
 	changed   int // entries added or removed
 	unchanged int // entries already as asked
+	foreign   int // entries that were there but that no fence recorded: left as they are
 }
 
-// fence makes sure every prefix is fenced: it adds the entries that are missing, and renews
+// store is a cluster's blocklist and the records of what fences made in it.
+type store interface {
+	Blocklist
+	Records
+}
+
+// fence makes sure every prefix is fenced. It adds the entries that are missing and renews
 // those that expire in less than half the configured expiry (an entry someone else added for
-// ten minutes must not lift our fence in ten minutes). Anything else stays as it is.
-func fence(ctx context.Context, bl Blocklist, opts Options, prefixes []netip.Prefix) (result, error) {
-	ranges, err := bl.SupportsRanges(ctx)
+// ten minutes must not lift our fence in ten minutes), and records, before adding them, every
+// entry the fence relies on that is the driver's: those it adds or renews, and those another
+// fence recorded. An entry that was there, long-lived, and that no fence recorded is somebody
+// else's: it fences all the same, but it is neither recorded nor ever removed by an unfence.
+func fence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix) (result, error) {
+	ranges, err := st.SupportsRanges(ctx)
 	if err != nil {
 		return result{}, err
 	}
-	var want []Entry
+	want := make(map[netip.Prefix][]Entry, len(prefixes))
 	var bad []string
 	for _, p := range prefixes {
 		es, err := opts.entriesFor(p, ranges)
 		if err != nil {
 			bad = append(bad, err.Error())
 		}
-		want = append(want, es...)
+		want[p] = es
 	}
 	if len(bad) > 0 {
 		return result{}, status.Error(codes.InvalidArgument, strings.Join(bad, "; "))
 	}
-	listed, err := bl.List(ctx)
+	listed, err := st.List(ctx)
 	if err != nil {
 		return result{}, err
+	}
+	recs, err := st.ListRecords(ctx)
+	if err != nil {
+		return result{}, recordErr(err)
 	}
 	until := make(map[Entry]time.Time, len(listed))
 	for _, l := range listed {
@@ -155,41 +171,112 @@ func fence(ctx context.Context, bl Blocklist, opts Options, prefixes []netip.Pre
 	renewBefore := time.Now().Add(opts.Expiry / 2)
 	var res result
 	var todo []Entry
-	seen := make(map[Entry]bool, len(want))
-	for _, e := range want {
-		if seen[e] {
-			continue
+	seen := map[Entry]bool{}
+	for _, p := range prefixes {
+		rec := recs[p]
+		rec.Prefix = p
+		for _, e := range want[p] {
+			t, present := until[e]
+			lasting := present && (t.IsZero() || t.After(renewBefore))
+			switch {
+			case lasting && !recorded(recs, e):
+				res.foreign++
+				continue
+			case lasting:
+				res.unchanged++
+			case !seen[e]:
+				todo = append(todo, e)
+			}
+			seen[e] = true
+			rec.add(e)
 		}
-		seen[e] = true
-		if t, ok := until[e]; ok && (t.IsZero() || t.After(renewBefore)) {
-			res.unchanged++
-			continue
+		if !rec.equal(recs[p]) {
+			if err := st.PutRecord(ctx, rec); err != nil {
+				return res, recordErr(err)
+			}
+			recs[p] = rec
 		}
-		todo = append(todo, e)
 	}
-	err = each(ctx, todo, func(e Entry) error { return bl.Add(ctx, e, opts.Expiry) })
+	faultpoint.Hit("fence.recorded")
+	err = each(ctx, todo, func(e Entry) error { return st.Add(ctx, e, opts.Expiry) })
 	res.changed = len(todo)
 	return res, err
 }
 
-// unfence removes exactly the entries fencing the prefixes creates, and only those present.
-func unfence(ctx context.Context, bl Blocklist, opts Options, prefixes []netip.Prefix) (result, error) {
-	listed, err := bl.List(ctx)
+// recorded reports whether any fence recorded e.
+func recorded(recs map[netip.Prefix]record, e Entry) bool {
+	for _, r := range recs {
+		if r.has(e) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordErr says what a failure to read or write fence records needs.
+func recordErr(err error) error {
+	return fmt.Errorf("fence records in the monitors' config-key store (the fencing user needs mon caps allow command \"config-key set\", \"config-key rm\" and \"config-key dump\" with key prefix %s): %w", RecordKeyPrefix, err)
+}
+
+// unfence removes the entries the fences of the prefixes recorded, unless a fence of another
+// CIDR recorded them too, then the records. Entries nobody recorded stay: somebody else added
+// them. A record outlives its entries until they are all removed, so a retry finishes the job.
+func unfence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix) (result, error) {
+	recs, err := st.ListRecords(ctx)
+	if err != nil {
+		return result{}, recordErr(err)
+	}
+	listed, err := st.List(ctx)
 	if err != nil {
 		return result{}, err
 	}
+	ours := map[netip.Prefix]bool{}
+	for _, p := range prefixes {
+		ours[p] = true
+	}
+	var res result
 	var todo []Entry
 	seen := map[Entry]bool{}
 	for _, l := range listed {
 		for _, p := range prefixes {
-			if opts.createdBy(l, p) && !seen[l.Entry] {
-				seen[l.Entry] = true
+			if l.Instance || !opts.createdBy(l, p) || seen[l.Entry] {
+				continue
+			}
+			seen[l.Entry] = true
+			r, ok := recs[p]
+			switch {
+			case !ok || !r.has(l.Entry):
+				res.foreign++
+			case recordedElsewhere(recs, ours, l.Entry):
+				res.unchanged++
+			default:
 				todo = append(todo, l.Entry)
 			}
 		}
 	}
-	err = each(ctx, todo, func(e Entry) error { return bl.Remove(ctx, e) })
-	return result{changed: len(todo)}, err
+	if err := each(ctx, todo, func(e Entry) error { return st.Remove(ctx, e) }); err != nil {
+		return result{changed: len(todo)}, err
+	}
+	res.changed = len(todo)
+	faultpoint.Hit("unfence.removed")
+	for _, p := range prefixes {
+		if _, ok := recs[p]; ok {
+			if err := st.DeleteRecord(ctx, p); err != nil {
+				return res, recordErr(err)
+			}
+		}
+	}
+	return res, nil
+}
+
+// recordedElsewhere reports whether a fence of a CIDR outside ours recorded e.
+func recordedElsewhere(recs map[netip.Prefix]record, ours map[netip.Prefix]bool, e Entry) bool {
+	for p, r := range recs {
+		if !ours[p] && r.has(e) {
+			return true
+		}
+	}
+	return false
 }
 
 // each runs f on every entry, maxInFlight at a time, and reports every failure. It carries on

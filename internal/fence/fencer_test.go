@@ -5,9 +5,11 @@ import (
 	"errors"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/ceph"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -65,8 +67,12 @@ func TestFenceRenewsOnlyShortLivedEntries(t *testing.T) {
 	// an instance entry blocks one client, not the address: it does not make the address fenced
 	bl.put(Listed{Entry: addrEntry("192.0.2.77"), Instance: true, Until: time.Now().Add(time.Hour)})
 	res, err := fence(ctx, bl, testOpts, prefixes("192.0.2.0/24", "198.51.100.0/24"))
-	if err != nil || res.changed != 1 || res.unchanged != 1 {
+	// the long-lived entry nobody recorded fences as it is, and stays somebody else's
+	if err != nil || res.changed != 1 || res.unchanged != 0 || res.foreign != 1 {
 		t.Fatalf("fence: %+v, %v", res, err)
+	}
+	if !bl.recordedNow(short) || bl.recordedNow(long) {
+		t.Errorf("recorded: renewed entry %v, foreign entry %v; want true, false", bl.recordedNow(short), bl.recordedNow(long))
 	}
 	l, _ := bl.List(ctx)
 	for _, e := range l {
@@ -130,39 +136,107 @@ func TestFallbackExpandsSmallRangesOnly(t *testing.T) {
 	}
 }
 
-// Unfencing removes exactly what fencing the same CIDRs creates: whole-address entries left
-// by a fence on older monitors too, but not entries of other CIDRs, client instances, or
-// addresses inside a range too wide to have been expanded.
-func TestUnfenceRemovesExactlyWhatFencingCreates(t *testing.T) {
+// Unfencing removes what fences of the same CIDRs recorded, and nothing else: not an entry an
+// operator added by hand (even one a fence would create), not a client instance, not an
+// address inside a range too wide to have been expanded, not an entry a fence of another CIDR
+// still relies on. Fences made on older monitors (whole addresses) are unfenced after an
+// upgrade too.
+func TestUnfenceRemovesOnlyWhatFencesRecorded(t *testing.T) {
 	ctx := context.Background()
-	bl := newFakeBlocklist(true)
-	until := time.Now().Add(time.Hour)
-	keep := []Listed{
-		{Entry: rangeEntry("192.0.2.0/25"), Until: until},               // another CIDR
-		{Entry: addrEntry("192.0.2.200"), Instance: true, Until: until}, // a client instance
-		{Entry: addrEntry("10.1.2.3"), Until: until},                    // inside 10.0.0.0/8, never expanded
-		{Entry: addrEntry("198.51.100.1"), Until: until},
+	until := time.Now().Add(4 * 365 * 24 * time.Hour)
+	tests := []struct {
+		name    string
+		ranges  bool
+		manual  []Listed // added by hand before the fences
+		fences  [][]string
+		unfence []string
+		kept    []Entry
+		gone    []Entry
+	}{
+		{name: "fenced range", ranges: true, fences: [][]string{{"192.0.2.0/24"}}, unfence: []string{"192.0.2.0/24"},
+			gone: []Entry{rangeEntry("192.0.2.0/24")}},
+		{name: "manual range of the same CIDR", ranges: true, manual: []Listed{{Entry: rangeEntry("192.0.2.0/24"), Until: until}},
+			fences: [][]string{{"192.0.2.0/24"}}, unfence: []string{"192.0.2.0/24"}, kept: []Entry{rangeEntry("192.0.2.0/24")}},
+		{name: "manual range, never fenced", ranges: true, manual: []Listed{{Entry: rangeEntry("192.0.2.0/24"), Until: until}},
+			unfence: []string{"192.0.2.0/24"}, kept: []Entry{rangeEntry("192.0.2.0/24")}},
+		{name: "manual address inside a fallback range", manual: []Listed{{Entry: addrEntry("192.0.2.5"), Until: until}},
+			fences: [][]string{{"192.0.2.0/30"}, {"192.0.2.4/30"}}, unfence: []string{"192.0.2.0/30", "192.0.2.4/30"},
+			kept: []Entry{addrEntry("192.0.2.5")}, gone: []Entry{addrEntry("192.0.2.0"), addrEntry("192.0.2.4"), addrEntry("192.0.2.7")}},
+		{name: "client instance and other CIDRs", ranges: true, manual: []Listed{
+			{Entry: addrEntry("192.0.2.200"), Instance: true, Until: until}, {Entry: rangeEntry("192.0.2.0/25"), Until: until},
+			{Entry: addrEntry("10.1.2.3"), Until: until}},
+			fences: [][]string{{"192.0.2.0/24", "10.0.0.0/8"}}, unfence: []string{"192.0.2.0/24", "10.0.0.0/8"},
+			kept: []Entry{addrEntry("192.0.2.200"), rangeEntry("192.0.2.0/25"), addrEntry("10.1.2.3")},
+			gone: []Entry{rangeEntry("192.0.2.0/24"), rangeEntry("10.0.0.0/8")}},
+		{name: "entries another fence relies on", fences: [][]string{{"192.0.2.0/30"}, {"192.0.2.0/31"}}, unfence: []string{"192.0.2.0/30"},
+			kept: []Entry{addrEntry("192.0.2.0"), addrEntry("192.0.2.1")}, gone: []Entry{addrEntry("192.0.2.2"), addrEntry("192.0.2.3")}},
+		{name: "fenced before an upgrade, unfenced after", fences: [][]string{{"192.0.2.0/30"}}, unfence: []string{"192.0.2.0/30"},
+			gone: []Entry{addrEntry("192.0.2.0"), addrEntry("192.0.2.3")}},
 	}
-	gone := []Listed{
-		{Entry: rangeEntry("192.0.2.0/24"), Until: until},
-		{Entry: addrEntry("192.0.2.5"), Until: until}, // a fallback entry from before an upgrade
-		{Entry: rangeEntry("10.0.0.0/8"), Until: until},
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bl := newFakeBlocklist(tt.ranges)
+			for _, l := range tt.manual {
+				bl.put(l)
+			}
+			for _, f := range tt.fences {
+				if _, err := fence(ctx, bl, testOpts, prefixes(f...)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bl.ranges = true // the monitors were upgraded in between (no change for the range cases)
+			if _, err := unfence(ctx, bl, testOpts, prefixes(tt.unfence...)); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range tt.kept {
+				if !bl.has(e) {
+					t.Errorf("%v removed", e)
+				}
+			}
+			for _, e := range tt.gone {
+				if bl.has(e) {
+					t.Errorf("%v left", e)
+				}
+			}
+			for _, p := range prefixes(tt.unfence...) {
+				if _, ok := bl.records[p]; ok {
+					t.Errorf("record of %s left", p)
+				}
+			}
+		})
 	}
-	for _, l := range append(append([]Listed{}, keep...), gone...) {
-		bl.put(l)
-	}
-	res, err := unfence(ctx, bl, testOpts, prefixes("192.0.2.0/24", "10.0.0.0/8"))
-	if err != nil || res.changed != len(gone) {
-		t.Fatalf("unfence: %+v, %v", res, err)
-	}
-	for _, l := range keep {
-		if !bl.has(l.Entry) {
-			t.Errorf("%v removed", l.Entry)
+}
+
+// A fence records an entry before it adds it: a fence killed between the two leaves a record
+// of an entry that is not there, never an entry no record names (which no unfence would ever
+// remove).
+func TestFenceRecordsBeforeAdding(t *testing.T) {
+	for _, ranges := range []bool{true, false} {
+		bl := newFakeBlocklist(ranges)
+		var mu sync.Mutex
+		var unrecorded []Entry
+		bl.onAdd = func(e Entry) {
+			if !bl.recordedNow(e) {
+				mu.Lock()
+				unrecorded = append(unrecorded, e)
+				mu.Unlock()
+			}
 		}
-	}
-	for _, l := range gone {
-		if bl.has(l.Entry) {
-			t.Errorf("%v left", l.Entry)
+		if _, err := fence(context.Background(), bl, testOpts, prefixes("192.0.2.0/31")); err != nil {
+			t.Fatal(err)
+		}
+		if len(unrecorded) > 0 {
+			t.Errorf("ranges %v: %v added before being recorded", ranges, unrecorded)
+		}
+		// and a fence that cannot record adds nothing
+		bl = newFakeBlocklist(ranges)
+		bl.failPut = ceph.NewError("config-key set", ceph.ErrPermission, "access denied")
+		_, err := fence(context.Background(), bl, testOpts, prefixes("192.0.2.0/31"))
+		if err == nil || !strings.Contains(err.Error(), "config-key") {
+			t.Errorf("ranges %v: fence without records: %v", ranges, err)
+		}
+		if adds, _ := bl.counts(); adds != 0 {
+			t.Errorf("ranges %v: %d entries added without a record", ranges, adds)
 		}
 	}
 }

@@ -20,10 +20,12 @@ type protected struct {
 	what string
 }
 
-// protectedAddrs are this controller's own Ceph client addresses and every monitor's: a fence
-// covering the first cuts this driver's clients off the cluster (and with them its way to
-// recover), one covering a monitor's host cuts off the Ceph daemons running there. An address
-// the guard cannot learn fails the fence rather than waving it through.
+// protectedAddrs are this controller's own Ceph client addresses and those of the cluster's
+// monitors, managers and MDSs: a fence covering the first cuts this driver's clients off the
+// cluster (and with them its way to recover), one covering a daemon's host cuts off the Ceph
+// daemons running there (their own client sessions: a manager's modules, an MDS's journal and
+// metadata I/O). An address the guard cannot learn fails the fence rather than waving it
+// through.
 func protectedAddrs(ctx context.Context, cl cluster, c v1.Cluster) ([]protected, error) {
 	own, err := cl.ClientAddrs(ctx)
 	if err != nil {
@@ -52,6 +54,18 @@ func protectedAddrs(ctx context.Context, cl cluster, c v1.Cluster) ([]protected,
 	}
 	for _, a := range mons {
 		out = append(out, protected{a, "a monitor address"})
+	}
+	for _, d := range []struct {
+		what  string
+		addrs func(context.Context) ([]netip.Addr, error)
+	}{{"a manager address", cl.ManagerAddrs}, {"an MDS address", cl.MDSAddrs}} {
+		addrs, err := d.addrs(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range addrs {
+			out = append(out, protected{a, d.what})
+		}
 	}
 	return out, nil
 }

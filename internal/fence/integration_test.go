@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,7 +18,7 @@ import (
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -54,7 +58,7 @@ func newOnClusterWith(t testing.TB, opts Options, wrap func(cluster) cluster) *o
 			return wrap(cl), nil
 		}
 	}
-	s := newServer(fakeClusters(env.ClusterMap()), connect, server.NewOpLocks(), opts)
+	s := newServer(fakeClusters(env.ClusterMap()), connect, opts)
 	return &onCluster{clients: serve(t, s), env: env, pool: pool, secrets: env.Secrets()}
 }
 
@@ -278,14 +282,20 @@ func TestPerAddressFallbackOnCluster(t *testing.T) {
 	}
 }
 
+// The local cluster runs every daemon on 127.0.0.1: a fence covering it is refused for each
+// of them, this controller, the monitor, the manager and the MDS, read from the cluster's maps.
 func TestSelfFencingGuardOnCluster(t *testing.T) {
 	c := newOnCluster(t, Options{})
 	before := len(c.rawEntries(t, "127.0.0.0/8"))
 	for _, cidr := range []string{"127.0.0.0/30", "127.0.0.1", "127.0.0.0/8"} {
 		err := c.fence(t, "192.0.2.0/24", cidr)
-		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "127.0.0.1, this controller's own Ceph client address") ||
-			!strings.Contains(err.Error(), "a monitor address") {
-			t.Fatalf("%s: %v; want FAILED_PRECONDITION naming our address and the monitor", cidr, err)
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("%s: %v; want FAILED_PRECONDITION", cidr, err)
+		}
+		for _, who := range []string{"this controller's own Ceph client address", "a monitor address", "a manager address", "an MDS address"} {
+			if !strings.Contains(err.Error(), "127.0.0.1, "+who) {
+				t.Errorf("%s: %v; want it to name 127.0.0.1 as %s", cidr, err, who)
+			}
 		}
 	}
 	if after := len(c.rawEntries(t, "127.0.0.0/8", "192.0.2.0/24")); after != before {
@@ -330,15 +340,15 @@ func TestGetFenceClientsOnCluster(t *testing.T) {
 	}
 }
 
-// The README's least privilege for fencing, mon 'allow r, allow command "osd blocklist"', is
-// enough for every RPC, the guard's monmap read and the range-support probe included.
+// The README's least privilege for fencing is enough for every RPC, the guard's daemon
+// address reads, the range-support probe and the fence records included.
 func TestLeastPrivilegedUser(t *testing.T) {
 	c := newOnCluster(t, Options{})
 	ctx := context.Background()
 	raw := c.raw(t)
 	const entity = "client.monoceph-fence-test"
 	out, err := ceph.MonCommand(ctx, raw.conn, map[string]any{"prefix": "auth get-or-create", "entity": entity,
-		"caps": []string{"mon", `allow r, allow command "osd blocklist"`}})
+		"caps": []string{"mon", LeastPrivilegeMonCaps}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,5 +373,158 @@ func TestLeastPrivilegedUser(t *testing.T) {
 	}
 	if err := c.unfence(t, "192.0.2.128/25"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// rawRecords are the cluster's fence records.
+func (c *onCluster) rawRecords(t testing.TB) map[netip.Prefix]record {
+	t.Helper()
+	recs, err := c.raw(t).ListRecords(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
+}
+
+// cleanupRecords removes the records of the prefixes at the end of the test.
+func (c *onCluster) cleanupRecords(t testing.TB, ps ...string) {
+	t.Cleanup(func() {
+		for _, p := range prefixes(ps...) {
+			if err := c.raw(t).DeleteRecord(context.Background(), p); err != nil {
+				t.Errorf("cleanup of the record of %s: %v", p, err)
+			}
+		}
+	})
+}
+
+// An operator's own blocklist entries survive an unfence of the same CIDR, on real monitors
+// and in the monitors' config-key store: ranges, and whole addresses inside a fallback range.
+func TestUnfenceLeavesOthersEntriesOnCluster(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name    string
+		ranges  bool
+		manual  Entry    // added by hand first
+		cidrs   []string // fenced and unfenced
+		created []Entry
+	}{
+		{name: "range", ranges: true, manual: rangeEntry("198.51.100.64/26"), cidrs: []string{"198.51.100.64/26", "198.51.100.128/26"},
+			created: []Entry{rangeEntry("198.51.100.128/26")}},
+		{name: "address inside a fallback range", manual: addrEntry("198.51.100.5"), cidrs: []string{"198.51.100.4/30"},
+			created: []Entry{addrEntry("198.51.100.4"), addrEntry("198.51.100.6"), addrEntry("198.51.100.7")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var wrap func(cluster) cluster
+			if !tt.ranges {
+				wrap = func(cl cluster) cluster { return noRanges{cl} }
+			}
+			c := newOnClusterWith(t, Options{}, wrap)
+			c.cleanupEntries(t, tt.cidrs...)
+			c.cleanupRecords(t, tt.cidrs...)
+			raw := c.raw(t)
+			if err := raw.Add(ctx, tt.manual, 4*365*24*time.Hour); err != nil { // outlasts half the fence expiry: not renewed
+				t.Fatal(err)
+			}
+			if err := c.fence(t, tt.cidrs...); err != nil {
+				t.Fatal(err)
+			}
+			recs := c.rawRecords(t)
+			for _, e := range tt.created {
+				if !recorded(recs, e) {
+					t.Errorf("%v not recorded", e)
+				}
+			}
+			if recorded(recs, tt.manual) {
+				t.Errorf("the manual entry %v was recorded as the fence's", tt.manual)
+			}
+			if err := c.unfence(t, tt.cidrs...); err != nil {
+				t.Fatal(err)
+			}
+			left := map[Entry]bool{}
+			for _, l := range c.rawEntries(t, tt.cidrs...) {
+				left[l.Entry] = true
+			}
+			if !left[tt.manual] {
+				t.Errorf("the manual entry %v was removed", tt.manual)
+			}
+			for _, e := range tt.created {
+				if left[e] {
+					t.Errorf("%v left after the unfence", e)
+				}
+			}
+			for _, p := range prefixes(tt.cidrs...) {
+				if _, ok := c.rawRecords(t)[p]; ok {
+					t.Errorf("record of %s left", p)
+				}
+			}
+		})
+	}
+}
+
+const fenceCrashEnv = "MONOCEPH_FENCE_CRASH_OP"
+
+// TestFenceCrashChild is the child side of TestFenceCrashSafety: it runs one fence or unfence
+// armed with a fault point, and must die there.
+func TestFenceCrashChild(t *testing.T) {
+	op, cidr, ok := strings.Cut(os.Getenv(fenceCrashEnv), " ")
+	if !ok {
+		t.Skip("child process of TestFenceCrashSafety only")
+	}
+	c := newOnCluster(t, Options{})
+	var err error
+	if op == "fence" {
+		err = c.fence(t, cidr)
+	} else {
+		err = c.unfence(t, cidr)
+	}
+	t.Fatalf("child survived its fault point (err %v)", err)
+}
+
+// TestFenceCrashSafety kills the controller between recording a fence and adding its entry,
+// and between removing an entry and deleting its record: a retry of the same call, or the
+// opposite call, leaves neither an entry nor a record behind.
+func TestFenceCrashSafety(t *testing.T) {
+	const cidr = "203.0.113.0/24"
+	c := newOnCluster(t, Options{})
+	c.cleanupEntries(t, cidr)
+	c.cleanupRecords(t, cidr)
+	child := func(op, point string) {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], "-test.run=^TestFenceCrashChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), fenceCrashEnv+"="+op+" "+cidr, faultpoint.EnvVar+"="+point)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("child %s at %s: %v, want death by SIGKILL; output:\n%s", op, point, err, out)
+		}
+	}
+	state := func() (entries, records int) {
+		_, rec := c.rawRecords(t)[netip.MustParsePrefix(cidr)]
+		if rec {
+			records = 1
+		}
+		return len(c.rawEntries(t, cidr)), records
+	}
+	for _, step := range []struct {
+		name            string
+		crash, at       string
+		entries, recs   int // after the crash
+		retry           func() error
+		entries2, recs2 int // after the retry
+	}{
+		{"fence killed after recording, unfenced", "fence", "fence.recorded", 0, 1, func() error { return c.unfence(t, cidr) }, 0, 0},
+		{"fence killed after recording, retried", "fence", "fence.recorded", 0, 1, func() error { return c.fence(t, cidr) }, 1, 1},
+		{"unfence killed after removing, retried", "unfence", "unfence.removed", 0, 1, func() error { return c.unfence(t, cidr) }, 0, 0},
+	} {
+		child(step.crash, step.at)
+		if e, r := state(); e != step.entries || r != step.recs {
+			t.Fatalf("%s: after the crash %d entries, %d records; want %d, %d", step.name, e, r, step.entries, step.recs)
+		}
+		if err := step.retry(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if e, r := state(); e != step.entries2 || r != step.recs2 {
+			t.Fatalf("%s: after the retry %d entries, %d records; want %d, %d", step.name, e, r, step.entries2, step.recs2)
+		}
 	}
 }

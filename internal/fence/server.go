@@ -27,18 +27,17 @@ type Server struct {
 	fencepb.UnimplementedFenceControllerServer
 	clusters Clusters
 	connect  connector
-	locks    *server.OpLocks
+	locks    *cidrLocks
 	opts     Options
 }
 
-// NewServer fences the clusters of the map through the pool's connections. locks keeps a
-// fence and an unfence of the same CIDR from interleaving.
-func NewServer(clusters Clusters, pool *ceph.Pool, locks *server.OpLocks, opts Options) *Server {
-	return newServer(clusters, poolConnector(pool), locks, opts)
+// NewServer fences the clusters of the map through the pool's connections.
+func NewServer(clusters Clusters, pool *ceph.Pool, opts Options) *Server {
+	return newServer(clusters, poolConnector(pool), opts)
 }
 
-func newServer(clusters Clusters, connect connector, locks *server.OpLocks, opts Options) *Server {
-	return &Server{clusters: clusters, connect: connect, locks: locks, opts: opts.withDefaults()}
+func newServer(clusters Clusters, connect connector, opts Options) *Server {
+	return &Server{clusters: clusters, connect: connect, locks: newCIDRLocks(), opts: opts.withDefaults()}
 }
 
 // ServesFenceClients reports whether GetFenceClients is answered (Options.ServeFenceClients).
@@ -104,14 +103,10 @@ func (s *Server) open(ctx context.Context, t target) (context.Context, cluster, 
 	return ctx, cl, func() { cl.Release(); cancel() }, nil
 }
 
-// lock serialises operations on the same CIDRs of a cluster; a second one gets ABORTED and
+// lock serialises operations on overlapping CIDRs of a cluster; a second one gets ABORTED and
 // its caller retries.
 func (s *Server) lock(op, clusterID string, prefixes []netip.Prefix) (func(), error) {
-	keys := make([]string, len(prefixes))
-	for i, p := range prefixes {
-		keys[i] = "fence/" + clusterID + "/" + p.String()
-	}
-	return s.locks.TryLock(op, keys...)
+	return s.locks.tryLock(op, clusterID, prefixes)
 }
 
 // codeFor maps an error to the csi-addons error table: Ceph failures that fall in no class are
@@ -173,7 +168,8 @@ func (s *Server) FenceClusterNetwork(ctx context.Context, req *fencepb.FenceClus
 	if err != nil {
 		return nil, codeFor(err)
 	}
-	logger.Info("Fenced", "entriesAdded", res.changed, "entriesAlreadyPresent", res.unchanged, "expiry", s.opts.Expiry)
+	logger.Info("Fenced", "entriesAdded", res.changed, "entriesAlreadyPresent", res.unchanged,
+		"entriesOfOthers", res.foreign, "expiry", s.opts.Expiry)
 	return &fencepb.FenceClusterNetworkResponse{}, nil
 }
 
@@ -201,7 +197,10 @@ func (s *Server) UnfenceClusterNetwork(ctx context.Context, req *fencepb.Unfence
 	if err != nil {
 		return nil, codeFor(err)
 	}
-	klog.FromContext(ctx).Info("Unfenced", "clusterID", t.id, "cidrs", prefixes, "entriesRemoved", res.changed)
+	// entries nobody recorded (an operator's, another tool's) stay, as do those another CIDR's
+	// fence relies on
+	klog.FromContext(ctx).Info("Unfenced", "clusterID", t.id, "cidrs", prefixes, "entriesRemoved", res.changed,
+		"entriesOfOthersLeft", res.foreign, "entriesOfOtherFencesLeft", res.unchanged)
 	return &fencepb.UnfenceClusterNetworkResponse{}, nil
 }
 

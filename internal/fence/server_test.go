@@ -1,27 +1,24 @@
 package fence
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"net/netip"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	fencepb "github.com/csi-addons/spec/lib/go/fence"
 	identitypb "github.com/csi-addons/spec/lib/go/identity"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/logtest"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"k8s.io/klog/v2"
 )
 
 // testKey is a well-formed cephx key that must never reach a log line.
@@ -58,15 +55,18 @@ func serve(t testing.TB, fc *Server) clients {
 var localMap = fakeClusters{{ClusterID: "local", Monitors: []string{"127.0.0.1:6789"}}}
 
 // fakeServer is a FenceController on an in-memory cluster whose client address and monitor
-// are 127.0.0.1, as on the local test cluster.
+// are 127.0.0.1, as on the local test cluster, with a manager on 10.0.0.5 and MDSs on
+// 10.0.0.6 and 2001:db8:6::6.
 func fakeServer(t testing.TB, ranges bool, opts Options) (clients, *fakeConnector) {
 	fc := &fakeConnector{cl: &fakeCluster{
 		fakeBlocklist: newFakeBlocklist(ranges),
 		own:           []netip.Addr{netip.MustParseAddr("127.0.0.1")},
 		mons:          []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		mgrs:          []netip.Addr{netip.MustParseAddr("10.0.0.5")},
+		mdss:          []netip.Addr{netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("2001:db8:6::6")},
 		fsid:          "53d018f4-ca74-412f-8388-43d2f79a3f0d",
 	}}
-	return serve(t, newServer(localMap, fc.connect, server.NewOpLocks(), opts)), fc
+	return serve(t, newServer(localMap, fc.connect, opts)), fc
 }
 
 func cidrs(ss ...string) []*fencepb.CIDR {
@@ -136,6 +136,9 @@ func TestSelfFencingGuard(t *testing.T) {
 		{"127.0.0.0/30", "127.0.0.0/30 contains 127.0.0.1, this controller's own Ceph client address"},
 		{"127.0.0.1", "127.0.0.1/32 contains 127.0.0.1"},
 		{"0.0.0.0/0", "a monitor address"},
+		{"10.0.0.4/31", "10.0.0.4/31 contains 10.0.0.5, a manager address"},
+		{"10.0.0.6", "10.0.0.6/32 contains 10.0.0.6, an MDS address"},
+		{"2001:db8:6::/48", "2001:db8:6::/48 contains 2001:db8:6::6, an MDS address"},
 	}
 	for _, tt := range tests {
 		_, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24", tt.cidr)})
@@ -244,17 +247,48 @@ func TestErrorCodes(t *testing.T) {
 	}
 }
 
-func TestConcurrentOperationOnSameCIDRIsAborted(t *testing.T) {
-	s := newServer(localMap, (&fakeConnector{}).connect, server.NewOpLocks(), Options{})
-	unlock, err := s.lock("FenceClusterNetwork", "local", prefixes("192.0.2.0/24"))
-	if err != nil {
-		t.Fatal(err)
+// Fences and unfences whose CIDRs overlap are serialised: the second gets ABORTED while the
+// first runs, whether its CIDRs are the same or only share addresses.
+func TestOverlappingOperationsAreAborted(t *testing.T) {
+	tests := []struct {
+		name    string
+		running []string // CIDRs of the fence in flight
+		unfence []string
+		want    codes.Code
+	}{
+		{"same CIDR", []string{"192.0.2.0/24"}, []string{"198.51.100.0/24", "192.0.2.0/24"}, codes.Aborted},
+		{"a range inside", []string{"192.0.2.0/24"}, []string{"192.0.2.128/25"}, codes.Aborted},
+		{"an address inside", []string{"192.0.2.0/24"}, []string{"192.0.2.7"}, codes.Aborted},
+		{"a wider range", []string{"192.0.2.0/30"}, []string{"192.0.0.0/16"}, codes.Aborted},
+		{"disjoint", []string{"192.0.2.0/25"}, []string{"192.0.2.128/25"}, codes.OK},
+		{"other family", []string{"192.0.2.0/24"}, []string{"2001:db8::/32"}, codes.OK},
 	}
-	defer unlock()
-	c := serve(t, s)
-	_, err = c.fence.UnfenceClusterNetwork(context.Background(), &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("198.51.100.0/24", "192.0.2.0/24")})
-	if status.Code(err) != codes.Aborted {
-		t.Fatalf("%v; want ABORTED", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, conn := fakeServer(t, true, Options{})
+			entered, release := make(chan struct{}), make(chan struct{})
+			conn.cl.onAdd = func(Entry) {
+				select {
+				case entered <- struct{}{}:
+					<-release
+				default:
+				}
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.fence.FenceClusterNetwork(context.Background(), &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs(tt.running...)})
+				done <- err
+			}()
+			<-entered // the fence is adding its entries
+			_, err := c.fence.UnfenceClusterNetwork(context.Background(), &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs(tt.unfence...)})
+			close(release)
+			if status.Code(err) != tt.want {
+				t.Errorf("unfence of %v while %v is fenced: %v; want %v", tt.unfence, tt.running, err, tt.want)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -311,42 +345,11 @@ func TestIdentity(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // The csi-addons requests mark secrets with csi.v1.csi_secret, so the logging interceptor's
 // protosanitizer strips them; this proves it for every fence RPC at the highest verbosity,
 // failures included.
 func TestNoSecretInFenceLogs(t *testing.T) {
-	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(fs)
-	for k, v := range map[string]string{"v": "10", "logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
-		if err := fs.Set(k, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	logs := &syncBuffer{}
-	klog.SetOutput(logs)
-	t.Cleanup(func() {
-		klog.Flush()
-		_ = fs.Set("v", "0")
-		_ = fs.Set("logtostderr", "true")
-	})
-
+	logs := logtest.Capture(t, 10)
 	c, conn := fakeServer(t, true, Options{ServeFenceClients: true})
 	ctx := context.Background()
 	_, _ = c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24")})
@@ -356,17 +359,14 @@ func TestNoSecretInFenceLogs(t *testing.T) {
 	_, _ = c.fence.UnfenceClusterNetwork(ctx, &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24")})
 	conn.err = errors.New("cannot connect")
 	_, _ = c.fence.UnfenceClusterNetwork(ctx, &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24")})
-	klog.Flush()
 	out := logs.String()
 	for _, want := range []string{"/fence.FenceController/FenceClusterNetwork", `\"secrets\":\"***stripped***\"`, "192.0.2.0/24", "Fenced", "refusing to fence", "cannot connect"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q", want)
 		}
 	}
-	for _, secret := range []string{testKey, testKey[:16], testKey[8:30]} {
-		if strings.Contains(out, secret) {
-			t.Errorf("secret %q in the logs", secret)
-		}
+	if leaks := logtest.Leaks(out, testKey); len(leaks) > 0 {
+		t.Errorf("secret %q in the logs", leaks)
 	}
 	if t.Failed() {
 		t.Logf("logs:\n%s", out)

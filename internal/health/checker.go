@@ -18,35 +18,50 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Checker probes every monitor of every cluster.
+// Checker probes every monitor of every cluster. It is also the Prometheus collector of the
+// reachability metrics: every scrape probes afresh, so /metrics never reports a stale or
+// half-written result, and a node plugin (which no readiness probe calls) has them too.
 type Checker struct {
 	clusters func() v1.ClusterMap
 	timeout  time.Duration
 	probe    func(ctx context.Context, endpoint string) error
-
-	reachable *prometheus.GaugeVec
-	monitorUp *prometheus.GaugeVec
 }
 
+var (
+	reachableDesc = prometheus.NewDesc("monoceph_ceph_cluster_reachable",
+		"1 when at least one monitor of the cluster answered the health check, else 0.", []string{"cluster_id"}, nil)
+	monitorUpDesc = prometheus.NewDesc("monoceph_ceph_monitor_up",
+		"1 when the monitor answered the health check with a Ceph banner, else 0.", []string{"cluster_id", "monitor"}, nil)
+)
+
 // NewChecker builds a checker over the map clusters returns; each check takes at most timeout.
+// With reg, the checker's metrics are collected there.
 func NewChecker(clusters func() v1.ClusterMap, timeout time.Duration, reg prometheus.Registerer) *Checker {
-	c := &Checker{
-		clusters: clusters,
-		timeout:  timeout,
-		probe:    ceph.ProbeMonitor,
-		reachable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "monoceph", Name: "ceph_cluster_reachable",
-			Help: "1 when at least one monitor of the cluster answered the last health check, else 0.",
-		}, []string{"cluster_id"}),
-		monitorUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "monoceph", Name: "ceph_monitor_up",
-			Help: "1 when the monitor answered the last health check with a Ceph banner, else 0.",
-		}, []string{"cluster_id", "monitor"}),
-	}
+	c := &Checker{clusters: clusters, timeout: timeout, probe: ceph.ProbeMonitor}
 	if reg != nil {
-		reg.MustRegister(c.reachable, c.monitorUp)
+		reg.MustRegister(c)
 	}
 	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *Checker) Describe(ch chan<- *prometheus.Desc) {
+	ch <- reachableDesc
+	ch <- monitorUpDesc
+}
+
+// Collect implements prometheus.Collector: one check, bounded by the checker's timeout.
+func (c *Checker) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.Check(context.Background()) {
+		ch <- prometheus.MustNewConstMetric(reachableDesc, prometheus.GaugeValue, b2f(st.Reachable), st.ClusterID)
+		seen := map[string]bool{} // a monitor listed twice would make the whole scrape fail
+		for _, m := range st.Monitors {
+			if !seen[m.Monitor] {
+				seen[m.Monitor] = true
+				ch <- prometheus.MustNewConstMetric(monitorUpDesc, prometheus.GaugeValue, b2f(m.Up), st.ClusterID, m.Monitor)
+			}
+		}
+	}
 }
 
 // ClusterStatus is one cluster's result.
@@ -54,6 +69,13 @@ type ClusterStatus struct {
 	ClusterID string
 	Reachable bool
 	Errors    []string // one per monitor that did not answer
+	Monitors  []MonitorStatus
+}
+
+// MonitorStatus is one monitor's result, named as the cluster map names it.
+type MonitorStatus struct {
+	Monitor string
+	Up      bool
 }
 
 // Check probes all clusters in parallel and returns within the checker's timeout. A cluster
@@ -72,19 +94,15 @@ func (c *Checker) Check(ctx context.Context) []ClusterStatus {
 		}()
 	}
 	wg.Wait()
-	c.reachable.Reset()
-	c.monitorUp.Reset()
-	for i, cl := range m {
-		c.reachable.WithLabelValues(cl.ClusterID).Set(b2f(out[i].Reachable))
-	}
 	return out
 }
 
 func (c *Checker) checkCluster(ctx context.Context, cl v1.Cluster) ClusterStatus {
-	st := ClusterStatus{ClusterID: cl.ClusterID}
+	st := ClusterStatus{ClusterID: cl.ClusterID, Monitors: make([]MonitorStatus, len(cl.Monitors))}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, mon := range cl.Monitors {
+	for i, mon := range cl.Monitors {
+		st.Monitors[i].Monitor = mon
 		eps, err := v1.MonitorEndpoints(mon)
 		if err != nil { // validated at load; kept for safety
 			st.Errors = append(st.Errors, err.Error())
@@ -103,7 +121,7 @@ func (c *Checker) checkCluster(ctx context.Context, cl v1.Cluster) ClusterStatus
 				up = true
 				break
 			}
-			c.monitorUp.WithLabelValues(cl.ClusterID, mon).Set(b2f(up))
+			st.Monitors[i].Up = up // each goroutine writes its own element
 			mu.Lock()
 			defer mu.Unlock()
 			if up {

@@ -2,6 +2,8 @@ package health
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +13,6 @@ import (
 
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fakeMon accepts connections and writes banner (nothing when banner is "").
@@ -85,8 +86,67 @@ func TestHealthz(t *testing.T) {
 				if tt.code == 503 && strings.Contains(rec.Body.String(), cl.ClusterID+"\n") {
 					want = 0
 				}
-				if got := testutil.ToFloat64(c.reachable.WithLabelValues(cl.ClusterID)); got != want {
-					t.Errorf("reachable{%s} = %v, want %v", cl.ClusterID, got, want)
+				key := `monoceph_ceph_cluster_reachable{cluster_id="` + cl.ClusterID + `"}`
+				if got, ok := gauges(t, reg)[key]; !ok || got != want {
+					t.Errorf("%s = %v (present %v), want %v", key, got, ok, want)
+				}
+			}
+		})
+	}
+}
+
+// gauges scrapes reg and returns every monoceph gauge as "name{label=\"value\",...}" → value.
+func gauges(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			out[mf.GetName()+"{"+strings.Join(labels, ",")+"}"] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// TestMetricsReportEveryMonitor scrapes the registry alone, as Prometheus does, without any
+// /healthz call first: every cluster and every monitor of the map has its gauge, 1 for a
+// monitor that answers with a Ceph banner and 0 for one that does not.
+func TestMetricsReportEveryMonitor(t *testing.T) {
+	live, silent, dead := fakeMon(t, "ceph v2\n"), fakeMon(t, ""), deadAddr(t)
+	tests := []struct {
+		name     string
+		clusters v1.ClusterMap
+		want     map[string]float64
+	}{
+		{"live cluster", v1.ClusterMap{{ClusterID: "live", Monitors: []string{live}}}, map[string]float64{
+			`monoceph_ceph_cluster_reachable{cluster_id="live"}`:                 1,
+			`monoceph_ceph_monitor_up{cluster_id="live",monitor="` + live + `"}`: 1,
+		}},
+		{"dead cluster", v1.ClusterMap{{ClusterID: "dead", Monitors: []string{dead, silent}}}, map[string]float64{
+			`monoceph_ceph_cluster_reachable{cluster_id="dead"}`:                   0,
+			`monoceph_ceph_monitor_up{cluster_id="dead",monitor="` + dead + `"}`:   0,
+			`monoceph_ceph_monitor_up{cluster_id="dead",monitor="` + silent + `"}`: 0,
+		}},
+		{"one monitor of two down, a monitor listed twice", v1.ClusterMap{{ClusterID: "half", Monitors: []string{dead, live, live}}}, map[string]float64{
+			`monoceph_ceph_cluster_reachable{cluster_id="half"}`:                 1,
+			`monoceph_ceph_monitor_up{cluster_id="half",monitor="` + dead + `"}`: 0,
+			`monoceph_ceph_monitor_up{cluster_id="half",monitor="` + live + `"}`: 1,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			NewChecker(func() v1.ClusterMap { return tt.clusters }, 300*time.Millisecond, reg)
+			for range 2 { // a second scrape reports the same, not a reset
+				if got := gauges(t, reg); !maps.Equal(got, tt.want) {
+					t.Fatalf("scraped\n%v\nwant\n%v", got, tt.want)
 				}
 			}
 		})

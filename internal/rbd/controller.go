@@ -42,7 +42,7 @@ func NewController(o Options) *Controller {
 	if o.DefaultSize <= 0 {
 		o.DefaultSize = 1 << 30
 	}
-	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o}
+	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, Users: controller.NewClassUsers()}, opts: o}
 }
 
 var supportedFsTypes = map[string]bool{"ext4": true, "xfs": true}

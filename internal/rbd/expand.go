@@ -110,7 +110,7 @@ func withDefaults(p map[string]string) map[string]string {
 }
 
 // GetCapacity reports the pool's max_avail from `ceph df`. The request carries no secrets, so it
-// uses a connection an earlier RPC opened to that cluster.
+// asks as the user the StorageClass's CreateVolume calls carry (controller.ClassUsers).
 func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
 	if caps := req.GetVolumeCapabilities(); len(caps) > 0 {
 		if support.Check(caps) != "" {
@@ -127,9 +127,9 @@ func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	if err != nil {
 		return nil, err
 	}
-	conn, ok := c.opts.Pool.Existing(cl.MonHost())
-	if !ok {
-		return nil, status.Errorf(codes.Unavailable, "no connection to cluster %q yet: GetCapacity carries no secrets, so it waits for an RPC that does", clusterID)
+	conn, err := c.ConnectAsClass(ctx, cl, params)
+	if err != nil {
+		return nil, err
 	}
 	defer conn.Release()
 	avail, err := ceph.PoolMaxAvail(ctx, conn, pool)

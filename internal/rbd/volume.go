@@ -112,6 +112,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	defer conn.Release()
+	c.RememberClassUser(req.GetParameters(), req.GetSecrets()) // for GetCapacity
 	poolID, err := checkPlacement(ctx, conn, params)
 	if err != nil {
 		return nil, err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sort"
@@ -189,17 +188,9 @@ func (k staticKube) Snapshot(context.Context, string, string) (string, map[strin
 // through it.
 func tlsPath(b *testing.B, e *env, base, target volid.RBDSnapshot) func() (int, time.Duration) {
 	ca := kubetest.NewCA(b)
-	certPEM, keyPEM := ca.Issue(b, "bench")
-	dir := b.TempDir()
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		b.Fatal(err)
-	}
+	certFile, keyFile := keyPairFiles(b, ca, "bench")
 	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile,
-		NewKubeServer(e.engine, staticKube{handle: target.String(), secrets: e.cl.Secrets()}), server.NewMetrics(prometheus.NewRegistry()))
+		NewKubeServer(e.engine, staticKube{handle: target.String(), secrets: e.cl.Secrets()}, Limits{}), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)
 	}

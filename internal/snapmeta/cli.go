@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/kubernetes-csi/external-snapshot-metadata/pkg/iterator"
+	"github.com/monoceph/monoceph/internal/kubelog"
 	"k8s.io/client-go/rest"
 )
 
@@ -60,7 +61,8 @@ func ChangedBlocks(ctx context.Context, cfg *rest.Config, a ChangedBlocksArgs, o
 	if err != nil {
 		return err
 	}
-	err = iterator.GetSnapshotMetadata(ctx, iterator.Args{
+	// the TokenRequest's response body holds the token
+	err = iterator.GetSnapshotMetadata(kubelog.Context(ctx), iterator.Args{
 		Clients: clients, Emitter: em, Namespace: a.Namespace, SnapshotName: a.Snapshot,
 		PrevSnapshotID: a.BaseSnapshotID, PrevSnapshotName: a.BaseSnapshot,
 		StartingOffset: a.StartingOffset, MaxResults: a.MaxResults, CSIDriver: a.Driver,

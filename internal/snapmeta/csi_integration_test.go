@@ -352,26 +352,10 @@ func TestErrors(t *testing.T) {
 // image must be closed, not left blocked on a full queue.
 func TestDisconnectStopsIteration(t *testing.T) {
 	e := newEnv(t, Options{})
-	im := e.newImageOrder(t, 16<<20, 16)
-	fillObjects(t, im)
-	base := im.snap(t)
-	n := im.writeStrided(t, 512, 512, 1024) // 16,384 extents
-	target := im.snap(t)
-
-	// a fixed window keeps the transport from buffering the whole stream for a client that
-	// does not read
-	cc := e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	client := csi.NewSnapshotMetadataClient(cc)
+	base, target, n := e.manyExtents(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	st, err := client.GetMetadataDelta(ctx, &csi.GetMetadataDeltaRequest{
-		BaseSnapshotId: base.String(), TargetSnapshotId: target.String(), MaxResults: 1, Secrets: e.cl.Secrets()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := st.Recv(); err != nil {
-		t.Fatal(err)
-	}
+	st := e.openUnread(t, ctx, base, target)
 	// wait until the producer is blocked on the full queue: deliveries stop growing
 	waitStable(t, &e.engine.callbacks, 200*time.Millisecond)
 	if e.engine.openImages.Load() != 1 {
@@ -381,19 +365,52 @@ func TestDisconnectStopsIteration(t *testing.T) {
 	blocked := e.engine.callbacks.Load()
 	cancel()
 
-	deadline := time.Now().Add(10 * time.Second)
-	for e.engine.openImages.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("image still open 10 s after the client went away")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitUntil(t, time.Now().Add(10*time.Second), "the image closed after the client went away", func() bool { return e.engine.openImages.Load() == 0 })
 	after := waitStable(t, &e.engine.callbacks, 500*time.Millisecond)
 	t.Logf("%d extents in the image, %d delivered by librbd before the client left, %d in all", n, blocked, after)
 	// after the cancel, librbd may finish the few objects in flight, but their extents stay
 	// in the C batch: the iteration is told to stop at its next callback
 	if after >= int64(n) || after-blocked > 1024 {
 		t.Errorf("iteration did not stop: %d extents delivered when the client left, %d in the end, %d in the image", blocked, after, n)
+	}
+}
+
+// manyExtents makes an image whose delta between its two snapshots has 16,384 extents: far
+// more than the transport's windows, its write quota and the engine's queue hold.
+func (e *env) manyExtents(t testing.TB) (base, target volid.RBDSnapshot, n int) {
+	t.Helper()
+	im := e.newImageOrder(t, 16<<20, 16)
+	fillObjects(t, im)
+	base = im.snap(t)
+	n = im.writeStrided(t, 512, 512, 1024)
+	return base, im.snap(t), n
+}
+
+// openUnread opens a delta stream of one extent per message on the CSI socket and reads its
+// first message only. A fixed window keeps the transport from buffering the whole stream for
+// a client that does not read.
+func (e *env) openUnread(t testing.TB, ctx context.Context, base, target volid.RBDSnapshot) csi.SnapshotMetadata_GetMetadataDeltaClient {
+	t.Helper()
+	client := csi.NewSnapshotMetadataClient(e.dial(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)))
+	st, err := client.GetMetadataDelta(ctx, &csi.GetMetadataDeltaRequest{
+		BaseSnapshotId: base.String(), TargetSnapshotId: target.String(), MaxResults: 1, Secrets: e.cl.Secrets()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waitUntil polls cond until it holds, failing t at deadline.
+func waitUntil(t testing.TB, deadline time.Time, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -34,6 +34,10 @@ const (
 	// blocks, no new object is read, so the queue must absorb the send loop's hiccups (4
 	// measured ~5 % slower than 64).
 	DefaultQueueDepth = 64
+	// DefaultMaxConcurrentDiffs bounds librbd diff iterations running at once. Each holds an
+	// open image, a thread (its callback blocks while the stream's queue is full) and up to
+	// ten object reads in flight on the OSDs.
+	DefaultMaxConcurrentDiffs = 8
 )
 
 // Options configure an Engine.
@@ -46,16 +50,22 @@ type Options struct {
 	QueueDepth int
 	// MaxStreamDuration bounds every stream (0: only the caller's deadline does).
 	MaxStreamDuration time.Duration
+	// MaxConcurrentDiffs bounds the diff iterations running at once (0:
+	// DefaultMaxConcurrentDiffs); streams beyond it wait for a turn within their deadline.
+	MaxConcurrentDiffs int
 }
 
 // Engine computes allocated and changed extents of RBD snapshots.
 type Engine struct {
-	ctrl controller.Base
-	opts Options
+	ctrl  controller.Base
+	opts  Options
+	diffs chan struct{} // a token per running diff iteration
 
-	// observed by tests: extents librbd delivered to Go, and images open, over the Engine's life
+	// observed by tests: extents librbd delivered to Go, images open, and the most diff
+	// iterations that ran at once, over the Engine's life
 	callbacks  atomic.Int64
 	openImages atomic.Int64
+	peakDiffs  atomic.Int64
 }
 
 // NewEngine builds an engine.
@@ -63,7 +73,10 @@ func NewEngine(o Options) *Engine {
 	if o.QueueDepth <= 0 {
 		o.QueueDepth = DefaultQueueDepth
 	}
-	return &Engine{ctrl: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o}
+	if o.MaxConcurrentDiffs <= 0 {
+		o.MaxConcurrentDiffs = DefaultMaxConcurrentDiffs
+	}
+	return &Engine{ctrl: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o, diffs: make(chan struct{}, o.MaxConcurrentDiffs)}
 }
 
 // Query asks for the allocated extents of Target (Base nil) or the extents changed from Base
@@ -193,6 +206,19 @@ func maxResults(n int32) int {
 func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Header, msgs chan<- []Extent) error {
 	image, target := rbdname.Image(q.Target.UID), rbdname.Snapshot(q.Target.SnapUID)
 	_, err := ceph.Call(ctx, conn, "diff "+image+"@"+target, func(r *rados.Conn) (struct{}, error) {
+		// the turn is taken here, where the iteration runs, so that one ceph.Call gave up on
+		// keeps its turn until librbd has really stopped
+		select {
+		case e.diffs <- struct{}{}:
+		case <-ctx.Done():
+			return struct{}{}, ctx.Err()
+		}
+		defer func() { <-e.diffs }()
+		for n := int64(len(e.diffs)); ; {
+			if old := e.peakDiffs.Load(); n <= old || e.peakDiffs.CompareAndSwap(old, n) {
+				break
+			}
+		}
 		pool, err := r.GetPoolByID(q.Target.PoolID)
 		if err != nil {
 			return struct{}{}, notFound(err, "snapshot %s does not exist (pool %d: %v)", q.Target.String(), q.Target.PoolID, err)

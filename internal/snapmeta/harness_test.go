@@ -37,6 +37,8 @@ type env struct {
 	io     *rados.IOContext
 	ns     string
 	poolID int64
+	// reg holds the CSI socket server's metrics
+	reg *prometheus.Registry
 }
 
 func newEnv(t testing.TB, opts Options) *env {
@@ -49,7 +51,9 @@ func newEnv(t testing.TB, opts Options) *env {
 	opts.Clusters, opts.Pool = store, pool
 	e := &env{cl: cl, engine: NewEngine(opts)}
 
-	g, err := server.NewGRPC("unix://"+filepath.Join(dir, "csi.sock"), server.NewMetrics(prometheus.NewRegistry()))
+	// the stream deadline as the driver sets it on the CSI socket
+	e.reg = prometheus.NewRegistry()
+	g, err := server.NewGRPC("unix://"+filepath.Join(dir, "csi.sock"), server.NewMetrics(e.reg), DeadlineOptions(opts.MaxStreamDuration)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	snapv1 "github.com/kubernetes-csi/external-snapshotter/client/v8/apis/volumesnapshot/v1"
 	snapclient "github.com/kubernetes-csi/external-snapshotter/client/v8/clientset/versioned"
+	"github.com/monoceph/monoceph/internal/kubelog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	authnv1 "k8s.io/api/authentication/v1"
@@ -14,13 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-)
-
-// The VolumeSnapshotClass parameters naming the Secret that CreateSnapshot got; the same
-// Ceph user reads the snapshot's diffs.
-const (
-	paramSecretName      = "csi.storage.k8s.io/snapshotter-secret-name"
-	paramSecretNamespace = "csi.storage.k8s.io/snapshotter-secret-namespace"
 )
 
 // Kube is what the Kubernetes-facing service asks the API server: who a token is, what it may
@@ -47,6 +41,7 @@ type APIServer struct {
 var _ Kube = (*APIServer)(nil)
 
 func (k *APIServer) Authenticate(ctx context.Context, token string) (authnv1.UserInfo, error) {
+	ctx = kubelog.Context(ctx) // the request and response bodies hold the token
 	if token == "" {
 		return authnv1.UserInfo{}, status.Error(codes.Unauthenticated, "security_token is missing")
 	}
@@ -68,6 +63,7 @@ func (k *APIServer) Authenticate(ctx context.Context, token string) (authnv1.Use
 }
 
 func (k *APIServer) Authorize(ctx context.Context, u authnv1.UserInfo, namespace string) error {
+	ctx = kubelog.Context(ctx)
 	extra := map[string]authzv1.ExtraValue{}
 	for key, v := range u.Extra {
 		extra[key] = authzv1.ExtraValue(v)
@@ -90,6 +86,7 @@ func (k *APIServer) Authorize(ctx context.Context, u authnv1.UserInfo, namespace
 }
 
 func (k *APIServer) Snapshot(ctx context.Context, namespace, name string) (string, map[string]string, error) {
+	ctx = kubelog.Context(ctx) // the Secret's body holds the Ceph key
 	vs, err := k.Snapshots.SnapshotV1().VolumeSnapshots(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", nil, apiError(err, "VolumeSnapshot %s/%s", namespace, name)
@@ -117,32 +114,63 @@ func (k *APIServer) Snapshot(ctx context.Context, namespace, name string) (strin
 	if handle == "" {
 		return "", nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotContent %s has no snapshot handle yet", vsc.Name)
 	}
-	secrets, err := k.secrets(ctx, vsc)
+	secrets, err := k.secrets(ctx, vs, vsc)
 	return handle, secrets, err
 }
 
-// secrets reads the snapshotter Secret named by the content's VolumeSnapshotClass.
-func (k *APIServer) secrets(ctx context.Context, vsc *snapv1.VolumeSnapshotContent) (map[string]string, error) {
-	if vsc.Spec.VolumeSnapshotClassName == nil || *vsc.Spec.VolumeSnapshotClassName == "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotContent %s names no VolumeSnapshotClass, so no Ceph credentials", vsc.Name)
-	}
-	cls, err := k.Snapshots.SnapshotV1().VolumeSnapshotClasses().Get(ctx, *vsc.Spec.VolumeSnapshotClassName, metav1.GetOptions{})
+// secrets reads the snapshotter Secret of the VolumeSnapshot's class (else its content's, else
+// the driver's default class), its name and namespace templates resolved for this snapshot.
+func (k *APIServer) secrets(ctx context.Context, vs *snapv1.VolumeSnapshot, vsc *snapv1.VolumeSnapshotContent) (map[string]string, error) {
+	cls, err := k.snapshotClass(ctx, vs, vsc)
 	if err != nil {
-		return nil, apiError(err, "VolumeSnapshotClass %s", *vsc.Spec.VolumeSnapshotClassName)
+		return nil, err
 	}
-	name, ns := cls.Parameters[paramSecretName], cls.Parameters[paramSecretNamespace]
-	if name == "" || ns == "" {
-		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s has no %s/%s parameters", cls.Name, paramSecretName, paramSecretNamespace)
-	}
-	sec, err := k.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	ref, ok, err := snapshotterSecret(cls.Parameters, vsc.Name, vs.Namespace, vs.Name)
 	if err != nil {
-		return nil, apiError(err, "snapshotter Secret %s/%s", ns, name)
+		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s: %v", cls.Name, err)
+	}
+	if !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s has no %s/%s parameters, so no Ceph credentials", cls.Name, paramSecretName, paramSecretNamespace)
+	}
+	sec, err := k.Client.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, apiError(err, "snapshotter Secret %s/%s", ref.namespace, ref.name)
 	}
 	out := make(map[string]string, len(sec.Data))
 	for key, v := range sec.Data {
 		out[key] = string(v)
 	}
 	return out, nil
+}
+
+// snapshotClass is the VolumeSnapshotClass whose Secret reads the snapshot: the
+// VolumeSnapshot's (what the external-snapshot-metadata sidecar uses), else the content's (a
+// pre-provisioned snapshot), else this driver's default class.
+func (k *APIServer) snapshotClass(ctx context.Context, vs *snapv1.VolumeSnapshot, vsc *snapv1.VolumeSnapshotContent) (*snapv1.VolumeSnapshotClass, error) {
+	for _, name := range []*string{vs.Spec.VolumeSnapshotClassName, vsc.Spec.VolumeSnapshotClassName} {
+		if name != nil && *name != "" {
+			cls, err := k.Snapshots.SnapshotV1().VolumeSnapshotClasses().Get(ctx, *name, metav1.GetOptions{})
+			if err != nil {
+				return nil, apiError(err, "VolumeSnapshotClass %s", *name)
+			}
+			return cls, nil
+		}
+	}
+	list, err := k.Snapshots.SnapshotV1().VolumeSnapshotClasses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, apiError(err, "VolumeSnapshotClasses")
+	}
+	var defaults []*snapv1.VolumeSnapshotClass
+	for i, c := range list.Items {
+		if c.Driver == k.Driver && c.Annotations[annDefaultClass] == "true" {
+			defaults = append(defaults, &list.Items[i])
+		}
+	}
+	if len(defaults) != 1 {
+		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshot %s/%s and its content %s name no VolumeSnapshotClass, and driver %s has %d default classes, not one: no Ceph credentials",
+			vs.Namespace, vs.Name, vsc.Name, k.Driver, len(defaults))
+	}
+	return defaults[0], nil
 }
 
 // apiError maps an API server error about what to a status: missing objects are NOT_FOUND,

@@ -7,9 +7,8 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"io"
-	"os"
-	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,13 +46,22 @@ type kubeEnv struct {
 	kc   kubernetes.Interface
 	sc   snapclient.Interface
 	addr string
+	// metrics of the TLS server
+	metrics *server.Metrics
+	reg     *prometheus.Registry
 }
 
 func newKubeEnv(t *testing.T) *kubeEnv {
 	t.Helper()
+	return newKubeEnvWith(t, Options{MaxStreamDuration: time.Minute}, Limits{})
+}
+
+// newKubeEnvWith is newKubeEnv with the engine's options and the service's limits given.
+func newKubeEnvWith(t *testing.T, opts Options, limits Limits) *kubeEnv {
+	t.Helper()
 	cp := kubetest.Start(t, kubetest.Options{})
 	cp.ApplyCRDs(t, kubetest.SnapshotCRDs(t)...)
-	k := &kubeEnv{env: newEnv(t, Options{MaxStreamDuration: time.Minute}), cp: cp,
+	k := &kubeEnv{env: newEnv(t, opts), cp: cp,
 		kc: kubernetes.NewForConfigOrDie(cp.Admin), sc: snapclient.NewForConfigOrDie(cp.Admin)}
 	ctx := context.Background()
 	must := func(_ any, err error) {
@@ -80,17 +88,11 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "snapshot-reader"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: backupNS}}}, metav1.CreateOptions{}))
 
-	dir := t.TempDir()
-	certPEM, keyPEM := cp.CA.Issue(t, "snapshot-metadata")
-	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, keyPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	certFile, keyFile := keyPairFiles(t, cp.CA, "snapshot-metadata")
 	kube := &APIServer{Client: k.kc, Snapshots: k.sc, Audience: testAudience, Driver: testDriver}
-	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile, NewKubeServer(k.engine, kube), server.NewMetrics(prometheus.NewRegistry()))
+	k.reg = prometheus.NewRegistry()
+	k.metrics = server.NewMetrics(k.reg)
+	srv, err := NewTLSServer("127.0.0.1:0", certFile, keyFile, NewKubeServer(k.engine, kube, limits), k.metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,15 +107,28 @@ func newKubeEnv(t *testing.T) *kubeEnv {
 }
 
 // volumeSnapshot publishes a CSI snapshot as a bound VolumeSnapshot (what the
-// external-snapshotter would have done), ready or not, of driver.
+// external-snapshotter would have done), ready or not, of driver, in class "rbd".
 func (k *kubeEnv) volumeSnapshot(t *testing.T, name, handle, driver string, ready bool) {
 	t.Helper()
+	k.volumeSnapshotOfClass(t, name, handle, driver, ready, "rbd", "rbd")
+}
+
+// volumeSnapshotOfClass is volumeSnapshot with the VolumeSnapshot's and the content's class
+// names ("": none).
+func (k *kubeEnv) volumeSnapshotOfClass(t *testing.T, name, handle, driver string, ready bool, class, contentClass string) {
+	t.Helper()
 	ctx := context.Background()
-	class, content := "rbd", "snapcontent-"+name
+	content := "snapcontent-" + name
+	orNil := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		return &s
+	}
 	vsc, err := k.sc.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapv1.VolumeSnapshotContent{
 		ObjectMeta: metav1.ObjectMeta{Name: content},
 		Spec: snapv1.VolumeSnapshotContentSpec{
-			Driver: driver, DeletionPolicy: snapv1.VolumeSnapshotContentRetain, VolumeSnapshotClassName: &class,
+			Driver: driver, DeletionPolicy: snapv1.VolumeSnapshotContentRetain, VolumeSnapshotClassName: orNil(contentClass),
 			Source:            snapv1.VolumeSnapshotContentSource{SnapshotHandle: &handle},
 			VolumeSnapshotRef: corev1.ObjectReference{Kind: "VolumeSnapshot", Namespace: backupNS, Name: name},
 		}}, metav1.CreateOptions{})
@@ -126,7 +141,7 @@ func (k *kubeEnv) volumeSnapshot(t *testing.T, name, handle, driver string, read
 	}
 	vs, err := k.sc.SnapshotV1().VolumeSnapshots(backupNS).Create(ctx, &snapv1.VolumeSnapshot{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &content}, VolumeSnapshotClassName: &class},
+		Spec:       snapv1.VolumeSnapshotSpec{Source: snapv1.VolumeSnapshotSource{VolumeSnapshotContentName: &content}, VolumeSnapshotClassName: orNil(class)},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -348,4 +363,82 @@ func errorsCause(err error) error {
 		return s.Err()
 	}
 	return err
+}
+
+// TestSnapshotterSecretTemplates resolves the snapshotter Secret of VolumeSnapshotClasses whose
+// parameters use the templates external-snapshotter resolves for CreateSnapshot, and picks the
+// class as the external-snapshot-metadata sidecar does.
+func TestSnapshotterSecretTemplates(t *testing.T) {
+	k := newKubeEnv(t)
+	ctx := context.Background()
+	im := k.newImage(t, 8<<20)
+	im.write(t, 0, 4*KiB, 1)
+	s1 := im.snap(t)
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	class := func(name string, params map[string]string, isDefault bool) {
+		t.Helper()
+		c := &snapv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Driver: testDriver,
+			DeletionPolicy: snapv1.VolumeSnapshotContentDelete, Parameters: params}
+		if isDefault {
+			c.Annotations = map[string]string{annDefaultClass: "true"}
+		}
+		must(k.sc.SnapshotV1().VolumeSnapshotClasses().Create(ctx, c, metav1.CreateOptions{}))
+	}
+	secret := func(ns, name string) {
+		t.Helper()
+		must(k.kc.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}, StringData: k.cl.Secrets()}, metav1.CreateOptions{}))
+	}
+	secretParams := func(name, ns string) map[string]string {
+		return map[string]string{paramSecretName: name, paramSecretNamespace: ns}
+	}
+	// per-snapshot Secrets next to the snapshots, and one per content in the driver's namespace
+	class("per-snapshot", secretParams("${volumesnapshot.name}-ceph", "${volumesnapshot.namespace}"), false)
+	secret(backupNS, "t1-ceph")
+	class("per-content", secretParams("ceph-${volumesnapshotcontent.name}", "monoceph"), false)
+	secret("monoceph", "ceph-snapcontent-t2")
+	class("default", secretParams("ceph-snapshotter", "monoceph"), true)
+	class("bad-token", secretParams("${pvc.name}", "monoceph"), false)
+	class("half", map[string]string{paramSecretName: "ceph-snapshotter"}, false)
+	class("bad-namespace", secretParams("ceph-snapshotter", "${volumesnapshotcontent.name}.x"), false)
+
+	client := k.client(t)
+	token := k.token(t, "backup", testAudience)
+	for _, c := range []struct {
+		snap, class, contentClass string
+		want                      codes.Code
+		text                      string
+	}{
+		{snap: "t1", class: "per-snapshot", contentClass: "per-snapshot", want: codes.OK},
+		{snap: "t2", class: "per-content", contentClass: "per-content", want: codes.OK},
+		{snap: "t3", contentClass: "rbd", want: codes.OK},                          // pre-provisioned: the content's class
+		{snap: "t4", want: codes.OK},                                               // neither: the driver's default class
+		{snap: "t5", class: "per-snapshot", want: codes.NotFound, text: "t5-ceph"}, // resolved, but no such Secret
+		{snap: "t6", class: "bad-token", want: codes.FailedPrecondition, text: `unknown tokens ["pvc.name"]`},
+		{snap: "t7", class: "half", want: codes.FailedPrecondition, text: "go together"},
+		{snap: "t8", class: "bad-namespace", want: codes.FailedPrecondition, text: "not a namespace name"},
+	} {
+		t.Run(c.snap, func(t *testing.T) {
+			k.volumeSnapshotOfClass(t, c.snap, s1.String(), testDriver, true, c.class, c.contentClass)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			st, err := client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{SecurityToken: token, Namespace: backupNS, SnapshotName: c.snap})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for err == nil {
+				_, err = st.Recv()
+			}
+			if err == io.EOF {
+				err = nil
+			}
+			if status.Code(err) != c.want || !strings.Contains(status.Convert(err).Message(), c.text) {
+				t.Fatalf("got %v, want %v containing %q", err, c.want, c.text)
+			}
+		})
+	}
 }

@@ -17,29 +17,56 @@ type KubeServer struct {
 	api.UnimplementedSnapshotMetadataServer
 	engine *Engine
 	kube   Kube
+	limits Limits
+	slots  *streamSlots
 }
 
 // kubeTimeout bounds the API server lookups before a stream starts (token and access
 // reviews, VolumeSnapshot, content, class and Secret reads).
 const kubeTimeout = 30 * time.Second
 
-// NewKubeServer serves e to callers that kube authenticates and authorizes.
-func NewKubeServer(e *Engine, kube Kube) *KubeServer { return &KubeServer{engine: e, kube: kube} }
+// NewKubeServer serves e to callers that kube authenticates and authorizes, within l.
+func NewKubeServer(e *Engine, kube Kube, l Limits) *KubeServer {
+	l = l.withDefaults()
+	return &KubeServer{engine: e, kube: kube, limits: l, slots: newStreamSlots(l)}
+}
 
-// admit authenticates the token, checks the request names a namespace, and authorizes the
-// caller to get VolumeSnapshots there. Authentication comes first, so an anonymous caller
-// learns nothing about the request's validity.
-func (s *KubeServer) admit(ctx context.Context, token, namespace string) error {
+// admit takes a stream slot, authenticates the token, takes one of its user's slots, checks
+// the request names a namespace, and authorizes the caller to get VolumeSnapshots there.
+// Authentication comes first, so an anonymous caller learns nothing about the request's
+// validity. leave gives the slots back.
+func (s *KubeServer) admit(ctx context.Context, token, namespace string) (leave func(), err error) {
+	leaveAll, err := s.slots.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			leaveAll()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(ctx, kubeTimeout)
 	defer cancel()
 	user, err := s.kube.Authenticate(ctx, token)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	leaveUser, err := s.slots.enterUser(user.Username)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			leaveUser()
+		}
+	}()
 	if namespace == "" {
-		return status.Error(codes.InvalidArgument, "namespace is missing")
+		return nil, status.Error(codes.InvalidArgument, "namespace is missing")
 	}
-	return s.kube.Authorize(ctx, user, namespace)
+	if err := s.kube.Authorize(ctx, user, namespace); err != nil {
+		return nil, err
+	}
+	return func() { leaveUser(); leaveAll() }, nil
 }
 
 // target resolves the VolumeSnapshot of a request to its CSI snapshot and credentials.
@@ -63,9 +90,11 @@ func (s *KubeServer) target(ctx context.Context, namespace, name, field string) 
 // GetMetadataAllocated streams the allocated extents of a VolumeSnapshot.
 func (s *KubeServer) GetMetadataAllocated(req *api.GetMetadataAllocatedRequest, stream api.SnapshotMetadata_GetMetadataAllocatedServer) error {
 	ctx := stream.Context()
-	if err := s.admit(ctx, req.GetSecurityToken(), req.GetNamespace()); err != nil {
+	leave, err := s.admit(ctx, req.GetSecurityToken(), req.GetNamespace())
+	if err != nil {
 		return err
 	}
+	defer leave()
 	q, err := s.target(ctx, req.GetNamespace(), req.GetSnapshotName(), "snapshot_name")
 	if err != nil {
 		return err
@@ -82,9 +111,11 @@ func (s *KubeServer) GetMetadataAllocated(req *api.GetMetadataAllocatedRequest, 
 // KEP has it: the base VolumeSnapshot may be gone by the next backup) to a VolumeSnapshot.
 func (s *KubeServer) GetMetadataDelta(req *api.GetMetadataDeltaRequest, stream api.SnapshotMetadata_GetMetadataDeltaServer) error {
 	ctx := stream.Context()
-	if err := s.admit(ctx, req.GetSecurityToken(), req.GetNamespace()); err != nil {
+	leave, err := s.admit(ctx, req.GetSecurityToken(), req.GetNamespace())
+	if err != nil {
 		return err
 	}
+	defer leave()
 	base, err := ParseSnapshotID("base_snapshot_id", req.GetBaseSnapshotId())
 	if err != nil {
 		return err

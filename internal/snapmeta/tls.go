@@ -14,6 +14,7 @@ import (
 	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/klog/v2"
 )
 
@@ -26,7 +27,9 @@ type TLSServer struct {
 }
 
 // NewTLSServer listens on addr with the key pair in certFile and keyFile, read again when the
-// files change (cert-manager renews them in place), and serves ks.
+// files change (cert-manager renews them in place), and serves ks within its limits: streams
+// cut at the engine's MaxStreamDuration (DeadlineOptions), silent connections pinged and
+// closed when the ping goes unanswered, and connections recycled after MaxConnectionAge.
 func NewTLSServer(addr, certFile, keyFile string, ks *KubeServer, m *server.Metrics) (*TLSServer, error) {
 	certs := &certFiles{cert: certFile, key: keyFile}
 	if _, err := certs.get(nil); err != nil {
@@ -36,11 +39,22 @@ func NewTLSServer(addr, certFile, keyFile string, ks *KubeServer, m *server.Metr
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	g := grpc.NewServer(
+	l, maxStream := ks.limits, ks.engine.opts.MaxStreamDuration
+	kp := keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout, MaxConnectionAge: l.MaxConnectionAge}
+	if maxStream > 0 {
+		// after GOAWAY, a stream that began just before may still run its full course
+		kp.MaxConnectionAgeGrace = maxStream + l.KeepaliveTimeout
+	}
+	opts := append([]grpc.ServerOption{
 		grpc.Creds(credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get})),
 		grpc.ChainUnaryInterceptor(server.UnaryInterceptor(m)),
 		grpc.ChainStreamInterceptor(server.StreamInterceptor(m)),
-	)
+		grpc.KeepaliveParams(kp),
+		// clients may ping as often as every 10 s, also between streams, without being told
+		// to go away for it
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, DeadlineOptions(maxStream)...)
+	g := grpc.NewServer(opts...)
 	api.RegisterSnapshotMetadataServer(g, ks)
 	return &TLSServer{Server: g, lis: lis}, nil
 }

@@ -150,3 +150,16 @@ capabilities:
     - name: socket-dir
       mountPath: /csi
 {{- end -}}
+
+{{/* The node plugins' metrics listen address: node.metricsHost (an IPv6 one bracketed), or the
+     node's IP from the NODE_IP variable (status.hostIP; monoceph brackets an IPv6 one). */}}
+{{- define "monoceph.nodeMetricsAddress" -}}
+{{- $h := .root.Values.node.metricsHost -}}
+{{- if not $h -}}
+$(NODE_IP):{{ .port }}
+{{- else if contains ":" $h -}}
+[{{ $h }}]:{{ .port }}
+{{- else -}}
+{{ $h }}:{{ .port }}
+{{- end -}}
+{{- end -}}

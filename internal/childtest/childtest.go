@@ -1,0 +1,94 @@
+// Package childtest runs the test binary again as a helper process that executes one test
+// function and talks to the test in lines: a Ceph client from another source address, a
+// client that never reads its streams. What the helper holds (connections, goroutines,
+// memory) is then not counted as the process under test's.
+package childtest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Prefix starts every line a helper writes for the test; other output (test logs) passes by.
+const Prefix = "helper: "
+
+// Child is a running helper.
+type Child struct {
+	in    io.WriteCloser
+	lines chan string
+}
+
+// Start runs the test function named test (which must skip itself unless its environment
+// says it is the helper) with env added to this process's environment. The helper's stdin
+// closes, and the helper is waited for (killed after 30 s), when t ends.
+func Start(t testing.TB, test string, env ...string) *Child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &Child{in: in, lines: make(chan string, 64)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if line, ok := strings.CutPrefix(sc.Text(), Prefix); ok {
+				c.lines <- line
+			}
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() {
+		in.Close()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	return c
+}
+
+// Next returns the helper's next line, failing t when none comes within d.
+func (c *Child) Next(t testing.TB, d time.Duration) string {
+	t.Helper()
+	select {
+	case line, ok := <-c.lines:
+		if !ok {
+			t.Fatal("helper process exited")
+		}
+		return line
+	case <-time.After(d):
+		t.Fatalf("helper process said nothing for %v", d)
+	}
+	return ""
+}
+
+// Send writes one line to the helper's stdin.
+func (c *Child) Send(t testing.TB, format string, a ...any) {
+	t.Helper()
+	if _, err := fmt.Fprintf(c.in, format+"\n", a...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Say writes one line for the test, from the helper's side.
+func Say(format string, a ...any) { fmt.Printf(Prefix+format+"\n", a...) }
