@@ -78,6 +78,7 @@ type request struct {
 	src     source
 	// shallow: read-only from a snapshot (or a shallow volume), unless backingSnapshot=false
 	shallow bool
+	pins    pins // from mutable_parameters (a VolumeAttributesClass)
 }
 
 func (c *Controller) validateCreate(req *csi.CreateVolumeRequest) (request, error) {
@@ -105,6 +106,12 @@ func (c *Controller) validateCreate(req *csi.CreateVolumeRequest) (request, erro
 		return r, status.Errorf(codes.InvalidArgument, "volume_content_source is on cluster %q, the volume would be on %q", id, r.params.ClusterID)
 	}
 	r.shallow = volcap.ReadOnly(req.GetVolumeCapabilities()) && r.params.BackingSnapshot && r.src.String() != ""
+	if r.pins, err = parsePins(req.GetMutableParameters()); err != nil {
+		return r, err
+	}
+	if r.shallow && r.pins != defaultPins {
+		return r, status.Error(codes.InvalidArgument, "mutable_parameters: a shallow read-only volume of a snapshot has no subvolume to pin")
+	}
 	return r, nil
 }
 
@@ -141,6 +148,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return c.createShallow(ctx, s, r, b)
 	}
 	if err := c.checkPool(ctx, r.cluster, s, r.params.Pool); err != nil {
+		return nil, err
+	}
+	if err := checkPins(ctx, s, r.pins); err != nil {
 		return nil, err
 	}
 	srcInfo, err := c.checkSource(ctx, s, r)
@@ -195,6 +205,18 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
 			return nil, err
 		}
+	}
+	// every time, not only for a new subvolume: a crash after the create may have come first
+	if err := c.applyPins(ctx, s, rec, r.pins); err != nil {
+		if created && controller.Permanent(err) {
+			// nobody was ever given this subvolume: a create that fails for good takes it
+			// back with its reservation
+			if rerr := s.admin.RemoveSubVolumeWithFlags(fs.Name, group, name, admin.SubVolRmFlags{Force: true}); rerr != nil && !isNotFound(rerr) {
+				klog.FromContext(ctx).Error(rerr, "Could not remove the subvolume of a failed create", "subvolume", name)
+			}
+			c.giveBack(ctx, s, rec, err)
+		}
+		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Volume ready", "name", req.GetName(), "subvolume", fs.Name+"/"+group+"/"+name, "size", r.size, "resumed", !created)
 	id := volid.CephFSVolume{ClusterID: r.params.ClusterID, FSCID: fs.ID, UID: rec.UID}

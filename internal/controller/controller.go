@@ -128,3 +128,9 @@ func Permanent(err error) bool {
 	}
 	return errors.Is(err, ceph.ErrInvalid) || errors.Is(err, ceph.ErrNotFound)
 }
+
+// InvalidMutableParam is INVALID_ARGUMENT naming a mutable parameter (a VolumeAttributesClass
+// parameter).
+func InvalidMutableParam(key, format string, a ...any) error {
+	return status.Errorf(codes.InvalidArgument, "mutable_parameters[%q]: %s", key, fmt.Sprintf(format, a...))
+}

@@ -57,6 +57,7 @@ type createRequest struct {
 	size   int64
 	params volumeParams
 	src    source
+	qos    qos // from mutable_parameters (a VolumeAttributesClass)
 }
 
 // validateCreate checks everything a CreateVolume carries that can be checked without Ceph.
@@ -73,6 +74,9 @@ func validateCreate(req *csi.CreateVolumeRequest, defaultSize int64) (createRequ
 		return r, err
 	}
 	if r.params, err = parseVolumeParams(req.GetParameters()); err != nil {
+		return r, err
+	}
+	if r.qos, err = parseQoS(req.GetMutableParameters()); err != nil {
 		return r, err
 	}
 	if r.src, err = parseSource(req.GetVolumeContentSource()); err != nil {
@@ -145,6 +149,10 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.Vol)
 	default:
 		err = ensureBlank(ctx, dst, rbdname.Image(rec.UID), uint64(size), params, created)
+	}
+	if err == nil && len(r.qos) > 0 {
+		// every time, not only for a new image: a crash after the create may have come first
+		err = setQoS(ctx, dst, rbdname.Image(rec.UID), r.qos)
 	}
 	if err != nil {
 		giveBack(ctx, dst, journal.Volume, rec, err, func(io *rados.IOContext) (bool, error) {

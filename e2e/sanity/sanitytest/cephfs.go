@@ -26,8 +26,9 @@ func CephFS(t *testing.T) {
 	t.Cleanup(mgr.Release)
 	fsa := admin.NewFromConn(mgr.Rados())
 	Run(t, Options{Type: "cephfs", AccessType: "mount",
-		Parameters: map[string]string{"fsName": cl.FSName, "mounter": "fuse"},
-		ClusterMap: fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, tag, tag),
+		Parameters:        map[string]string{"fsName": cl.FSName, "mounter": "fuse"},
+		MutableParameters: map[string]string{"pinExport": "0", "pinRandom": "0.005"},
+		ClusterMap:        fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, tag, tag),
 		Leftovers: func(t *testing.T) []string {
 			var left []string
 			subs, _ := fsa.ListSubVolumes(cl.FSName, tag)

@@ -3,7 +3,6 @@ package sanitytest
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -33,25 +32,14 @@ func RBD(t *testing.T, accessType string) {
 		t.Fatal(err)
 	}
 	Run(t, Options{Type: "rbd", AccessType: accessType,
-		Parameters: map[string]string{"pool": cl.RBDPool, "radosNamespace": ns, "mounter": "fuse"},
+		Parameters:        map[string]string{"pool": cl.RBDPool, "radosNamespace": ns, "mounter": "fuse"},
+		MutableParameters: map[string]string{"qosWriteIopsLimit": "5000", "qosWriteIopsBurst": "10000", "qosWriteBpsLimit": "200Mi"},
 		Leftovers: func(t *testing.T) []string {
 			io.SetNamespace(ns)
-			var left []string
-			names, _ := rbd.GetImageNames(io)
-			for _, n := range names {
-				left = append(left, "image "+n)
+			left, err := cephtest.RBDLeftovers(io)
+			if err != nil {
+				t.Fatal(err)
 			}
-			trash, _ := rbd.GetTrashList(io)
-			for _, e := range trash {
-				left = append(left, "trash "+e.Name)
-			}
-			_ = io.ListObjects(func(oid string) {
-				if strings.HasPrefix(oid, "monoceph.") {
-					if vals, _ := io.GetAllOmapValues(oid, "", "", 1000); len(vals) > 0 {
-						left = append(left, fmt.Sprintf("%s: %d keys", oid, len(vals)))
-					}
-				}
-			})
 			if len(left) == 0 {
 				_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
 				io.SetNamespace("")

@@ -26,6 +26,9 @@ type Options struct {
 	// Parameters are the StorageClass parameters of every test volume; clusterID and secrets
 	// are added.
 	Parameters map[string]string
+	// MutableParameters are a VolumeAttributesClass's parameters valid for the driver, for the
+	// ModifyVolume specs.
+	MutableParameters map[string]string
 	// ClusterMap, if set, is the cluster map entry's JSON fields after clusterID and monitors
 	// (e.g. `"cephFS":{"subvolumeGroup":"x"}`).
 	ClusterMap string
@@ -55,7 +58,7 @@ func Run(t *testing.T, o Options) {
 	secrets := map[string]map[string]string{}
 	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret",
 		"NodeStageVolumeSecret", "NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret",
-		"ControllerExpandVolumeSecret", "ListSnapshotsSecret", "GetSnapshotSecret"} {
+		"ControllerExpandVolumeSecret", "ListSnapshotsSecret", "GetSnapshotSecret", "ControllerModifyVolumeSecret"} {
 		secrets[k] = cl.Secrets()
 	}
 	b, err := yaml.Marshal(secrets)
@@ -78,6 +81,7 @@ func Run(t *testing.T, o Options) {
 	cfg.StagingPath = filepath.Join(dir, "staging")
 	cfg.TestVolumeParameters = params
 	cfg.TestVolumeAccessType = o.AccessType
+	cfg.TestVolumeMutableParameters = o.MutableParameters
 	// small volumes: the local cluster keeps data in RAM
 	cfg.TestVolumeSize = 64 << 20
 	cfg.TestVolumeExpandSize = 128 << 20

@@ -1,0 +1,95 @@
+package rbd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
+)
+
+// TestQoSOnLiveRBDFuse: the QoS of a VolumeAttributesClass is enforced by librbd in the client
+// that has the image open, so it holds for rbd-fuse, and ControllerModifyVolume changes it on
+// a volume in use, without reattaching. Rates are 4 KiB direct writes through the rbd-fuse
+// file: the limit is an upper bound librbd enforces (the machine can only be slower), and the
+// unlimited rate only has to be well above it.
+func TestQoSOnLiveRBDFuse(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for FUSE")
+	}
+	e := newEnv(t)
+	ctx := ctxT(t)
+	req := e.createReq("qos-live", 64<<20, nil)
+	req.MutableParameters = map[string]string{"qosWriteIopsLimit": "100"}
+	vol, err := e.client.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := vol.GetVolume().GetVolumeId()
+	t.Cleanup(func() {
+		_, _ = e.client.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.cl.Secrets()})
+	})
+	image := rbdname.Image(mustVol(t, id).UID)
+	f := attach.NewFuse(hostexec.New(time.Minute))
+	work := t.TempDir()
+	a, err := f.Attach(ctx, attach.Request{Image: attach.Image{Pool: e.cl.RBDPool, Namespace: e.ns, Name: image},
+		MonHost: e.cl.Monitors, Cred: e.cl.Admin, WorkDir: work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.Detach(context.Background(), a); err != nil {
+			t.Errorf("detach: %v", err)
+		}
+	})
+	file := filepath.Join(a.FuseDir, image)
+
+	// rate writes n 4 KiB blocks with O_DIRECT after draining librbd's token bucket (it starts
+	// full, with a second's worth of the limit) and returns writes per second.
+	rate := func(n int) float64 {
+		t.Helper()
+		dd := func(count int) time.Duration {
+			start := time.Now()
+			out, err := exec.Command("dd", "if=/dev/zero", "of="+file, "bs=4k", fmt.Sprintf("count=%d", count),
+				"oflag=direct", "conv=notrunc").CombinedOutput()
+			if err != nil {
+				t.Fatalf("dd: %v\n%s", err, out)
+			}
+			return time.Since(start)
+		}
+		dd(150)
+		return float64(n) / dd(n).Seconds()
+	}
+	modify := func(params map[string]string) {
+		t.Helper()
+		if _, err := e.client.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: params, Secrets: e.cl.Secrets()}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // open handles re-read the image's configuration within about a second
+	}
+
+	if r := rate(300); r > 120 {
+		t.Fatalf("with qosWriteIopsLimit=100 from CreateVolume: %.0f writes/s", r)
+	} else {
+		t.Logf("limited at create: %.0f writes/s", r)
+	}
+	modify(map[string]string{}) // a class without limits
+	if r := rate(600); r < 400 {
+		t.Fatalf("after ModifyVolume to no limits: %.0f writes/s, want well above 100", r)
+	} else {
+		t.Logf("unlimited: %.0f writes/s", r)
+	}
+	modify(map[string]string{"qosIopsLimit": "50"})
+	if r := rate(150); r > 60 {
+		t.Fatalf("after ModifyVolume to qosIopsLimit=50: %.0f writes/s", r)
+	} else {
+		t.Logf("limited by ModifyVolume: %.0f writes/s", r)
+	}
+}
