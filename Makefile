@@ -127,7 +127,7 @@ $(BIN)/helm: $(TOOLS)/helm/go.mod $(TOOLS)/helm/go.sum
 # the provisioner then compiles only with gateway-api v1.4.0 and controller-runtime v0.22, pinned
 # there (gateway-api v1.3.0 is built on structured-merge-diff v4, client-go v0.36 on v6).
 $(BIN)/csi-provisioner: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-provisioner github.com/kubernetes-csi/external-provisioner/v5/cmd/csi-provisioner
+	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-provisioner github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
 
 $(BIN)/csi-snapshotter: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-snapshotter github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
@@ -136,7 +136,7 @@ $(BIN)/snapshot-controller: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/snapshot-controller github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 
 $(BIN)/csi-resizer: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-resizer github.com/kubernetes-csi/external-resizer/cmd/csi-resizer
+	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-resizer github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
 
 tools: $(BIN)/staticcheck $(BIN)/goimports $(BIN)/grpcurl $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd e2e-tools
 
