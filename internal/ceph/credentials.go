@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+
+	"github.com/monoceph/monoceph/internal/cephname"
 )
 
 // Secret keys the driver reads from every RPC's CSI secrets (the same keys ceph-csi uses, so
@@ -29,8 +31,10 @@ func NewCredentials(id, key string) (Credentials, error) {
 	if id == "" {
 		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserID)
 	}
-	if strings.ContainsAny(id, " \t\n/=") {
-		return Credentials{}, fmt.Errorf("secret %q: %q is not a Ceph user name", SecretUserID, id)
+	// the ID reaches command lines (--id) and the kernel client's option list (name=): a
+	// leading '-' would be an option, a ',' a second mount option
+	if err := cephname.Check(id); err != nil {
+		return Credentials{}, fmt.Errorf("secret %q is not a Ceph user name: %v", SecretUserID, err)
 	}
 	if key == "" {
 		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserKey)
