@@ -69,6 +69,23 @@ func TestInvalidArguments(t *testing.T) {
 		{"stage: rootPath", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("rootPath", "") }), codes.InvalidArgument, `volume_context["rootPath"] is missing`},
 		{"stage: relative rootPath", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("rootPath", "volumes/x") }), codes.InvalidArgument, `volume_context["rootPath"]`},
 		{"stage: .snap rootPath", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("rootPath", "/volumes/x/.snap/s") }), codes.InvalidArgument, `volume_context["rootPath"]`},
+		// injection attempts: options for ceph-fuse or mount, a second mount option, a path
+		{"stage: userID with a second mount option", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets["userID"] = "admin,secretfile=/etc/shadow" }),
+			codes.InvalidArgument, `secret "userID" is not a Ceph user name`},
+		{"stage: userID as an option", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets["userID"] = "-oX" }), codes.InvalidArgument, `secret "userID" is not a Ceph user name`},
+		{"stage: fsName as an option", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("fsName", "-oX") }), codes.InvalidArgument, `volume_context["fsName"] = "-oX"`},
+		{"stage: fsName with a mount option", stage(func(r *csi.NodeStageVolumeRequest) {
+			r.VolumeContext = withCtx("fsName", "myfs,secretfile=/etc/shadow")
+		}),
+			codes.InvalidArgument, `volume_context["fsName"] = "myfs,secretfile=/etc/shadow"`},
+		{"stage: rootPath escaping", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("rootPath", "/../../../dev/sda") }),
+			codes.InvalidArgument, `volume_context["rootPath"] = "/../../../dev/sda"`},
+		{"stage: rootPath with a mount option", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("rootPath", "/volumes/x,ro") }),
+			codes.InvalidArgument, `volume_context["rootPath"] = "/volumes/x,ro"`},
+		{"stage: snapshot outside .snap", stage(func(r *csi.NodeStageVolumeRequest) {
+			r.VolumeContext = withCtx("shallow", "true")
+			r.VolumeContext["snapshotName"] = "../../../dev/sda"
+		}), codes.InvalidArgument, `volume_context["snapshotName"] = "../../../dev/sda"`},
 		{"stage: mounter", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("mounter", "nfs") }), codes.InvalidArgument, `volume_context["mounter"]`},
 		{"stage: shallow", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("shallow", "yes") }), codes.InvalidArgument, `volume_context["shallow"]`},
 		{"stage: shallow without snapshot", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("shallow", "true") }), codes.InvalidArgument, `volume_context["snapshotName"]`},

@@ -4,8 +4,8 @@ package volumecontext
 
 import (
 	"fmt"
-	"path"
-	"strings"
+
+	"github.com/monoceph/monoceph/internal/cephname"
 )
 
 // Keys of the volume context of a CephFS volume.
@@ -60,18 +60,31 @@ func (v Volume) Map() map[string]string {
 	return m
 }
 
-// Parse reads a volume context; a missing or bad key names itself in the error.
+// Parse reads a volume context; a missing or malformed key names itself in the error. The
+// volume context is input the node must not trust (a pre-provisioned PersistentVolume carries
+// whatever its author wrote): the filesystem name and the root path reach ceph-fuse's command
+// line and the kernel client's mount source, and the snapshot name becomes a path under
+// .snap, so each must be made of strict Ceph names (internal/cephname): no option, no second
+// mount option, no way out of the directory it names. Mount options are the mounters' to check.
 func Parse(ctx map[string]string) (Volume, error) {
 	v := Volume{ClusterID: ctx[ClusterID], FSName: ctx[FSName], RootPath: ctx[RootPath], Mounter: ctx[Mounter],
 		FuseMountOptions: ctx[FuseMountOptions], KernelMountOptions: ctx[KernelMountOptions],
 		Shallow: ctx[Shallow] == "true", SnapshotName: ctx[SnapshotName]}
-	for k, val := range map[string]string{ClusterID: v.ClusterID, FSName: v.FSName, RootPath: v.RootPath} {
-		if val == "" {
-			return Volume{}, fmt.Errorf("volume_context[%q] is missing", k)
+	for _, f := range []struct {
+		key, value string
+		check      func(string) error
+	}{
+		{ClusterID, v.ClusterID, cephname.Check},
+		{FSName, v.FSName, cephname.Check},
+		// the subvolume's path, /volumes/<group>/<subvolume>/<uuid>: never a .snap directory
+		{RootPath, v.RootPath, cephname.CheckPath},
+	} {
+		if f.value == "" {
+			return Volume{}, fmt.Errorf("volume_context[%q] is missing", f.key)
 		}
-	}
-	if !strings.HasPrefix(v.RootPath, "/") || path.Clean(v.RootPath) != v.RootPath || strings.Contains(v.RootPath, "/.snap") {
-		return Volume{}, fmt.Errorf("volume_context[%q] = %q: want a clean absolute path", RootPath, v.RootPath)
+		if err := f.check(f.value); err != nil {
+			return Volume{}, fmt.Errorf("volume_context[%q] = %q: %v", f.key, f.value, err)
+		}
 	}
 	if v.Mounter != "" && v.Mounter != MounterFuse && v.Mounter != MounterKernel {
 		return Volume{}, fmt.Errorf("volume_context[%q] = %q: want %s or %s", Mounter, v.Mounter, MounterFuse, MounterKernel)
@@ -79,8 +92,13 @@ func Parse(ctx map[string]string) (Volume, error) {
 	if ctx[Shallow] != "" && ctx[Shallow] != "true" && ctx[Shallow] != "false" {
 		return Volume{}, fmt.Errorf("volume_context[%q] = %q: want true or false", Shallow, ctx[Shallow])
 	}
-	if v.Shallow && (v.SnapshotName == "" || strings.ContainsAny(v.SnapshotName, "/\x00")) {
-		return Volume{}, fmt.Errorf("volume_context[%q] = %q: a shallow volume needs a snapshot name", SnapshotName, v.SnapshotName)
+	if v.Shallow && v.SnapshotName == "" {
+		return Volume{}, fmt.Errorf("volume_context[%q] is missing: a shallow volume needs a snapshot name", SnapshotName)
+	}
+	if v.SnapshotName != "" {
+		if err := cephname.Check(v.SnapshotName); err != nil {
+			return Volume{}, fmt.Errorf("volume_context[%q] = %q: %v", SnapshotName, v.SnapshotName, err)
+		}
 	}
 	return v, nil
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/cephname"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
@@ -77,29 +78,41 @@ func fuseDir(a Attachment) string {
 	return filepath.Join(a.WorkDir, fuseDirName)
 }
 
-// imageFile is the file rbd-fuse shows the image as.
-func imageFile(a Attachment) string { return filepath.Join(fuseDir(a), a.Image.Name) }
+// imageFile is the file rbd-fuse shows the image as. The image name comes from a volume
+// context or a staging record: one that is not a plain file name directly in the mount point
+// ("..", a path) is refused, so nothing here ever stats, attaches or detaches a file elsewhere.
+func imageFile(a Attachment) (string, error) {
+	dir := fuseDir(a)
+	file := filepath.Join(dir, a.Image.Name)
+	if err := cephname.Check(a.Image.Name); err != nil || filepath.Dir(file) != dir {
+		return "", fmt.Errorf("image name %q does not name a file in the rbd-fuse mount point %s", a.Image.Name, dir)
+	}
+	return file, nil
+}
 
 // Attach implements Attacher.
 func (f *Fuse) Attach(ctx context.Context, req Request) (Attachment, error) {
-	if err := f.Available(); err != nil {
-		return Attachment{}, err
-	}
 	a := Attachment{Image: req.Image, ReadOnly: req.ReadOnly, WorkDir: req.WorkDir}
 	a.FuseDir = fuseDir(a)
+	file, err := imageFile(a)
+	if err != nil {
+		return a, err
+	}
+	if err := f.Available(); err != nil {
+		return a, err
+	}
 	if err := os.Mkdir(a.FuseDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return a, err
 	}
-	up, err := f.fuseUp(ctx, a)
+	up, err := f.fuseUp(ctx, a, file)
 	if err != nil {
 		return a, err
 	}
 	if !up {
-		if err := f.mount(ctx, req, a); err != nil {
+		if err := f.mount(ctx, req, a, file); err != nil {
 			return a, err
 		}
 	}
-	file := imageFile(a)
 	loops, err := loopsBackedBy(f.sys, file)
 	if err != nil {
 		return a, err
@@ -118,14 +131,14 @@ func (f *Fuse) Attach(ctx context.Context, req Request) (Attachment, error) {
 
 // fuseUp reports whether rbd-fuse is mounted and serving the image. A mount whose daemon died
 // is unmounted, so the caller mounts afresh.
-func (f *Fuse) fuseUp(ctx context.Context, a Attachment) (bool, error) {
+func (f *Fuse) fuseUp(ctx context.Context, a Attachment, file string) (bool, error) {
 	dir := fuseDir(a)
 	m, err := hostmount.MountAt(dir)
 	if err != nil || m == nil {
 		return false, err
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
-	_, err = hostmount.StatWithin(waitCtx, imageFile(a))
+	_, err = hostmount.StatWithin(waitCtx, file)
 	cancel()
 	if err == nil {
 		return true, nil
@@ -140,7 +153,7 @@ func (f *Fuse) fuseUp(ctx context.Context, a Attachment) (bool, error) {
 	// name to find them by: the unmount below may have to be lazy, after which they would name
 	// a path outside any mount and leak. One still in use (a filesystem mounted on it) is only
 	// marked by the kernel to detach itself when released.
-	loops, err := loopsBackedBy(f.sys, imageFile(a))
+	loops, err := loopsBackedBy(f.sys, file)
 	if err != nil {
 		return false, err
 	}
@@ -152,7 +165,7 @@ func (f *Fuse) fuseUp(ctx context.Context, a Attachment) (bool, error) {
 	return false, f.unmount(ctx, dir)
 }
 
-func (f *Fuse) mount(ctx context.Context, req Request, a Attachment) error {
+func (f *Fuse) mount(ctx context.Context, req Request, a Attachment, file string) error {
 	args, removeKey, err := credentialArgs(req.WorkDir, req.MonHost, req.Cred, f.ConnectTimeout)
 	if err != nil {
 		return err
@@ -177,7 +190,7 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment) error {
 	// bounded: the daemon's connection gives up after ConnectTimeout, but opening the image
 	// then waits on OSDs with no timeout of its own
 	waitCtx, cancel := context.WithTimeout(ctx, 2*f.ConnectTimeout)
-	_, err = hostmount.StatWithin(waitCtx, imageFile(a))
+	_, err = hostmount.StatWithin(waitCtx, file)
 	cancel()
 	if err == nil {
 		return nil
@@ -217,16 +230,20 @@ func (f *Fuse) unmount(ctx context.Context, dir string) error {
 // Detach implements Attacher.
 func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
 	dir := fuseDir(a)
-	if !filepath.IsAbs(dir) || a.Image.Name == "" {
-		return fmt.Errorf("attachment %+v names no rbd-fuse directory or image", a)
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("attachment %+v names no rbd-fuse directory", a)
 	}
-	// every loop device on the image file, not only the recorded one: Attach may have stopped
-	// between losetup and the caller saving its answer, or left one on a dead mount
-	loops, err := loopsBackedBy(f.sys, imageFile(a))
+	file, err := imageFile(a)
 	if err != nil {
 		return err
 	}
-	if a.Device != "" && loopBacking(f.sys, a.Device) == imageFile(a) && !slices.Contains(loops, a.Device) {
+	// every loop device on the image file, not only the recorded one: Attach may have stopped
+	// between losetup and the caller saving its answer, or left one on a dead mount
+	loops, err := loopsBackedBy(f.sys, file)
+	if err != nil {
+		return err
+	}
+	if a.Device != "" && loopBacking(f.sys, a.Device) == file && !slices.Contains(loops, a.Device) {
 		loops = append(loops, a.Device)
 	}
 	for _, dev := range loops {
@@ -251,7 +268,10 @@ func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
 
 // Refresh implements Attacher.
 func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64, error) {
-	file := imageFile(a)
+	file, err := imageFile(a)
+	if err != nil {
+		return 0, err
+	}
 	var size int64
 	for {
 		fi, err := hostmount.StatWithin(ctx, file)
@@ -280,6 +300,10 @@ func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64
 
 // Check implements Attacher.
 func (f *Fuse) Check(ctx context.Context, a Attachment) error {
+	file, err := imageFile(a)
+	if err != nil {
+		return unhealthy("Unknown", "%w", err)
+	}
 	dir := fuseDir(a)
 	m, err := hostmount.MountAt(dir)
 	if err != nil {
@@ -288,13 +312,13 @@ func (f *Fuse) Check(ctx context.Context, a Attachment) error {
 	if m == nil {
 		return unhealthy("NotMounted", "rbd-fuse is not mounted at %s", dir)
 	}
-	if _, err := hostmount.StatWithin(ctx, imageFile(a)); err != nil {
+	if _, err := hostmount.StatWithin(ctx, file); err != nil {
 		if errors.Is(err, syscall.ENOTCONN) {
 			return unhealthy("DaemonGone", "the rbd-fuse daemon of image %s is gone: %w", a.Image.Spec(), err)
 		}
 		return unhealthy("Unknown", "rbd-fuse for image %s: %w", a.Image.Spec(), err)
 	}
-	if err := loopReads(ctx, a.Device, imageFile(a)); err != nil {
+	if err := loopReads(ctx, a.Device, file); err != nil {
 		return unhealthy("DeviceGone", "loop device %s: %w", a.Device, err)
 	}
 	return nil

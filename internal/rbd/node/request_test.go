@@ -116,6 +116,33 @@ func TestRequestChecks(t *testing.T) {
 			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.Secrets["userKey"] = "not base64!" }))
 			return err
 		}, codes.InvalidArgument, `secret "userKey" is not a base64 cephx key`},
+		// injection attempts: options for rbd-fuse or rbd, a second mount option, a path
+		{"stage: userID with a second mount option", func() error {
+			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.Secrets["userID"] = "admin,secretfile=/etc/shadow" }))
+			return err
+		}, codes.InvalidArgument, `secret "userID" is not a Ceph user name`},
+		{"stage: userID as an option", func() error {
+			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.Secrets["userID"] = "-oX" }))
+			return err
+		}, codes.InvalidArgument, `secret "userID" is not a Ceph user name`},
+		{"stage: pool as an option", func() error {
+			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext[volumecontext.Pool] = "-oX" }))
+			return err
+		}, codes.InvalidArgument, `volume_context["pool"] = "-oX"`},
+		{"stage: namespace as an option", func() error {
+			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) {
+				r.VolumeContext[volumecontext.RadosNamespace] = "--keyfile=/etc/shadow"
+			}))
+			return err
+		}, codes.InvalidArgument, `volume_context["radosNamespace"] = "--keyfile=/etc/shadow"`},
+		{"stage: image outside the rbd-fuse mount", func() error {
+			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext[volumecontext.ImageName] = "../../../dev/sda" }))
+			return err
+		}, codes.InvalidArgument, `volume_context["imageName"] = "../../../dev/sda"`},
+		{"stage: image with a mount option", func() error {
+			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext[volumecontext.ImageName] = "img,allow_other" }))
+			return err
+		}, codes.InvalidArgument, `volume_context["imageName"] = "img,allow_other"`},
 		{"stage: fs_type", func() error {
 			_, err := s.NodeStageVolume(ctx, stageReq(func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = mountCap("ntfs", rwo) }))
 			return err

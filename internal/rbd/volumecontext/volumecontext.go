@@ -2,7 +2,11 @@
 // volume context keys CreateVolume sets and NodeStageVolume reads.
 package volumecontext
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/monoceph/monoceph/internal/cephname"
+)
 
 // Keys of the volume context of an RBD volume.
 const (
@@ -45,12 +49,30 @@ func (i Image) Map() map[string]string {
 	}
 }
 
-// Parse reads a volume context; a missing key names itself in the error.
+// Parse reads a volume context; a missing or malformed key names itself in the error. The
+// volume context is input the node must not trust (a pre-provisioned PersistentVolume carries
+// whatever its author wrote): pool, namespace and image reach rbd and rbd-fuse command lines,
+// and the image name becomes a file name under rbd-fuse's mount point, so each must be a strict
+// Ceph name (internal/cephname): no option, no second argument, no path.
 func Parse(ctx map[string]string) (Image, error) {
 	i := Image{ClusterID: ctx[ClusterID], Pool: ctx[Pool], Namespace: ctx[RadosNamespace], Name: ctx[ImageName], Mounter: ctx[Mounter]}
-	for k, v := range map[string]string{ClusterID: i.ClusterID, Pool: i.Pool, ImageName: i.Name} {
-		if v == "" {
-			return Image{}, fmt.Errorf("volume_context[%q] is missing", k)
+	for _, f := range []struct {
+		key, value string
+		optional   bool
+	}{
+		{ClusterID, i.ClusterID, false},
+		{Pool, i.Pool, false},
+		{RadosNamespace, i.Namespace, true},
+		{ImageName, i.Name, false},
+	} {
+		if f.value == "" {
+			if f.optional {
+				continue
+			}
+			return Image{}, fmt.Errorf("volume_context[%q] is missing", f.key)
+		}
+		if err := cephname.Check(f.value); err != nil {
+			return Image{}, fmt.Errorf("volume_context[%q] = %q: %v", f.key, f.value, err)
 		}
 	}
 	if i.Mounter == "" {

@@ -1,0 +1,45 @@
+package attach
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFuseImageFileStaysInMountPoint: an image name from a volume context or a staging record
+// that is not a plain file name in rbd-fuse's mount point is refused by every operation before
+// any command runs or any file outside the mount point is looked at.
+func TestFuseImageFileStaysInMountPoint(t *testing.T) {
+	cred, _ := testCred(t)
+	for _, name := range []string{"../../../dev/sda", "..", ".", "a/b", "-oX", "img,ro", ""} {
+		t.Run(name, func(t *testing.T) {
+			x := &fakeExec{t: t}
+			f := NewFuse(x)
+			f.sys = t.TempDir()
+			work := t.TempDir()
+			img := Image{Pool: "rbd", Name: name}
+			a := Attachment{Image: img, WorkDir: work, FuseDir: filepath.Join(work, fuseDirName), Device: "/dev/loop0"}
+			ctx := context.Background()
+			_, attachErr := f.Attach(ctx, Request{Image: img, MonHost: "127.0.0.1:6789", Cred: cred, WorkDir: work})
+			_, refreshErr := f.Refresh(ctx, a, 0)
+			var u *Unhealthy
+			checkErr := f.Check(ctx, a)
+			for op, err := range map[string]error{"Attach": attachErr, "Detach": f.Detach(ctx, a), "Refresh": refreshErr, "Check": checkErr} {
+				if err == nil || !strings.Contains(err.Error(), "does not name a file in the rbd-fuse mount point") {
+					t.Errorf("%s = %v, want a refusal of the image name", op, err)
+				}
+			}
+			if !errors.As(checkErr, &u) || u.Reason != "Unknown" {
+				t.Errorf("Check = %v, want Unknown health", checkErr)
+			}
+			if len(x.calls) != 0 {
+				t.Errorf("ran %q", x.calls)
+			}
+		})
+	}
+	if _, err := imageFile(Attachment{Image: Image{Name: "csi-vol-abcdefghijklmnop"}, WorkDir: "/run/w"}); err != nil {
+		t.Fatalf("a plain image name: %v", err)
+	}
+}
