@@ -35,7 +35,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	defer unlock()
 
-	rec, err := readRecord(r.stagingPath)
+	rec, err := s.loadRecord(r.stagingPath)
 	if err != nil {
 		return nil, internal("reading the staging record", err)
 	}

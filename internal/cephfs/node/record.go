@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/monoceph/monoceph/internal/nodestate"
+	"k8s.io/klog/v2"
 )
 
 // record is what NodeStageVolume set up at a staging path. It is written before anything is
@@ -60,9 +61,28 @@ const (
 	stateStaged = "staged"
 )
 
-// readRecord returns the record of a staging path, or nil when there is none.
+// readRecord returns the record of a staging path as the file has it, or nil when there is
+// none. The node works with loadRecord's answer.
 func readRecord(stagingPath string) (*record, error) {
 	return nodestate.ReadRecord[record](stagingPath, recordVersion)
+}
+
+// loadRecord returns the record of a staging path, or nil when there is none, with its work
+// directory derived from the volume ID whatever the file says. The file lives next to the
+// staging path, outside the state directory, and the work directory is where the node removes
+// files recursively, writes the recovery key and points ceph-fuse's socket and log: never a
+// path read back from a file. (The field is still written, for people and older versions.)
+func (s *Server) loadRecord(stagingPath string) (*record, error) {
+	r, err := readRecord(stagingPath)
+	if err != nil || r == nil {
+		return r, err
+	}
+	if dir := s.workDir(r.VolumeID); r.WorkDir != dir {
+		klog.InfoS("Staging record names another work directory; using the one of its volume", "record", nodestate.RecordPath(stagingPath),
+			"recorded", r.WorkDir, "workDir", dir)
+		r.WorkDir = dir
+	}
+	return r, nil
 }
 
 // write replaces the record atomically (temporary file, fsync, rename, fsync of the
@@ -148,14 +168,14 @@ func (s *Server) workDir(volumeID string) string { return nodestate.WorkDir(s.op
 func (s *Server) writeIndex(r *record) error { return nodestate.WriteIndex(r.WorkDir, r.StagingPath) }
 
 // indexedRecord follows a work directory's index to its record; nil when either is gone or the
-// record belongs to another volume.
-func indexedRecord(workDir string) (*record, error) {
+// record belongs to another volume (whose work directory is another one).
+func (s *Server) indexedRecord(workDir string) (*record, error) {
 	stagingPath, ok, err := nodestate.IndexedStagingPath(workDir)
 	if err != nil || !ok {
 		return nil, err
 	}
-	r, err := readRecord(stagingPath)
-	if err != nil || r == nil || filepath.Clean(r.WorkDir) != filepath.Clean(workDir) {
+	r, err := s.loadRecord(stagingPath)
+	if err != nil || r == nil || r.WorkDir != filepath.Clean(workDir) {
 		return nil, err
 	}
 	return r, nil
@@ -167,9 +187,9 @@ func (s *Server) findRecord(volumeID, stagingPath string) (*record, error) {
 	var r *record
 	var err error
 	if stagingPath != "" {
-		r, err = readRecord(stagingPath)
+		r, err = s.loadRecord(stagingPath)
 	} else {
-		r, err = indexedRecord(s.workDir(volumeID))
+		r, err = s.indexedRecord(s.workDir(volumeID))
 	}
 	if err != nil || r == nil || r.VolumeID != volumeID {
 		return nil, err

@@ -112,7 +112,7 @@ func (s *Server) Recover(ctx context.Context) error {
 			continue
 		}
 		dir := filepath.Join(s.opts.StateDir, e.Name())
-		rec, err := indexedRecord(dir)
+		rec, err := s.indexedRecord(dir)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -44,7 +44,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := ensureDir(r.stagingPath); err != nil {
 		return nil, internal("staging_target_path", err)
 	}
-	rec, err := readRecord(r.stagingPath)
+	rec, err := s.loadRecord(r.stagingPath)
 	if err != nil {
 		return nil, internal("reading the staging record", err)
 	}
@@ -282,15 +282,17 @@ func (s *Server) unmountStaging(ctx context.Context, rec *record) error {
 
 // forget removes what the driver keeps about a volume: its work directory (recovery key,
 // daemon files), its index and, last, its record, so an interrupted forget is redone by the
-// next unstage.
+// next unstage. The directory removed recursively is the one derived from the volume ID, never
+// one a record file names.
 func (s *Server) forget(rec *record) error {
-	if err := hostexec.RemoveKeyFiles(rec.WorkDir); err != nil {
+	dir := s.workDir(rec.VolumeID)
+	if err := hostexec.RemoveKeyFiles(dir); err != nil {
 		return err
 	}
 	if err := removeRecoveryKey(rec); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(rec.WorkDir); err != nil {
+	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
 	return rec.remove()
@@ -311,7 +313,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	defer unlock()
 	start := time.Now()
 
-	rec, err := readRecord(stagingPath)
+	rec, err := s.loadRecord(stagingPath)
 	if err != nil {
 		return nil, internal("reading the staging record", err)
 	}

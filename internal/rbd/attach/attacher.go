@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
@@ -66,6 +67,17 @@ type Attachment struct {
 	WorkDir  string `json:"workDir,omitempty"`
 	// FuseDir is where rbd-fuse is mounted (fuse only).
 	FuseDir string `json:"fuseDir,omitempty"`
+}
+
+// InWorkDir returns a with its work directory set to dir, and the rbd-fuse mount point, when
+// it has one, the one in dir. Callers that persist attachments derive the directory themselves
+// instead of trusting what they read back.
+func (a Attachment) InWorkDir(dir string) Attachment {
+	a.WorkDir = dir
+	if a.FuseDir != "" {
+		a.FuseDir = filepath.Join(dir, fuseDirName)
+	}
+	return a
 }
 
 // UnavailableError says which mounter a node cannot provide and what it lacks.

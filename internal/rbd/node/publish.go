@@ -33,7 +33,7 @@ func (s *Server) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolu
 	}
 	defer unlock()
 
-	rec, err := readRecord(r.stagingPath)
+	rec, err := s.loadRecord(r.stagingPath)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

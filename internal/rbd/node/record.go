@@ -6,6 +6,7 @@ import (
 
 	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"k8s.io/klog/v2"
 )
 
 // record is what NodeStageVolume set up for a volume. It is written before anything is
@@ -34,9 +35,28 @@ const (
 	stateStaged = "staged"
 )
 
-// readRecord returns the record of a staging path, or nil when there is none.
+// readRecord returns the record of a staging path as the file has it, or nil when there is
+// none. The node works with loadRecord's answer.
 func readRecord(stagingPath string) (*record, error) {
 	return nodestate.ReadRecord[record](stagingPath, recordVersion)
+}
+
+// loadRecord returns the record of a staging path, or nil when there is none, with the
+// attachment's work directory (and the rbd-fuse mount point in it) derived from the volume ID
+// whatever the file says. The file lives next to the staging path, outside the state
+// directory, and detaching removes key files and directories there: never in a directory read
+// back from a file. (The field is still written, for people and older versions.)
+func (s *Server) loadRecord(stagingPath string) (*record, error) {
+	r, err := readRecord(stagingPath)
+	if err != nil || r == nil {
+		return r, err
+	}
+	if dir := s.workDir(r.VolumeID); r.Attachment.WorkDir != dir {
+		klog.InfoS("Staging record names another work directory; using the one of its volume", "record", nodestate.RecordPath(stagingPath),
+			"recorded", r.Attachment.WorkDir, "workDir", dir)
+	}
+	r.Attachment = r.Attachment.InWorkDir(s.workDir(r.VolumeID))
+	return r, nil
 }
 
 // write replaces the record atomically: a crash leaves the old record or the new one, never a
@@ -119,7 +139,7 @@ func (s *Server) findRecord(volumeID, stagingPath string) (*record, error) {
 		}
 		stagingPath = indexed
 	}
-	r, err := readRecord(stagingPath)
+	r, err := s.loadRecord(stagingPath)
 	if err != nil || r == nil || r.VolumeID != volumeID {
 		return nil, err
 	}

@@ -50,7 +50,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err := os.MkdirAll(r.stagingPath, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "staging_target_path: %v", err)
 	}
-	rec, err := readRecord(r.stagingPath)
+	rec, err := s.loadRecord(r.stagingPath)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
@@ -184,7 +184,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	defer unlock()
 	start := time.Now()
 
-	rec, err := readRecord(stagingPath)
+	rec, err := s.loadRecord(stagingPath)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
