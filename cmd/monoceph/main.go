@@ -16,6 +16,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs"
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/monoceph/monoceph/internal/fence"
+	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
 	"github.com/monoceph/monoceph/internal/snapmeta"
 	"github.com/monoceph/monoceph/internal/version"
 	"k8s.io/klog/v2"
@@ -43,6 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.ConnIdleTTL, "conn-idle-ttl", 5*time.Minute, "close Ceph connections unused for this long")
 	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", 5*time.Second, "bound on one /healthz check")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight RPCs get to finish after SIGTERM")
+	fs.DurationVar(&cfg.NodeCommandTimeout, "node-command-timeout", rbdnode.DefaultFilesystemTimeout, "bound on each filesystem command of a node: mkfs, fsck, resize2fs, xfs_growfs")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/run/monoceph", "node-private state: FUSE mount points, staging records, CephFS recovery keys (keep it on a tmpfs)")
 	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
 	fs.DurationVar(&cfg.CephFSCloneWait, "cephfs-clone-wait", cephfs.DefaultCloneWait, "how long CephFS CreateVolume waits for a clone before answering ABORTED so the CO retries")

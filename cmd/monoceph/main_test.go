@@ -51,6 +51,7 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 		{"bad driver name", append([]string{"--type=rbd", "--drivername=-x"}, base...), "--drivername"},
 		{"bad metrics address", append([]string{"--type=rbd", "--metrics-address=nonsense"}, base...), "--metrics-address"},
 		{"zero timeout", append([]string{"--type=rbd", "--ceph-op-timeout=0s"}, base...), "--ceph-op-timeout"},
+		{"negative node command timeout", append([]string{"--type=rbd", "--node-command-timeout=-1s"}, base...), "--node-command-timeout"},
 		{"negative clone wait", append([]string{"--type=cephfs", "--cephfs-clone-wait=-1s"}, base...), "--cephfs-clone-wait"},
 		{"bad block type", append([]string{"--type=rbd", "--snapshot-metadata-block-type=exact"}, base...), "--snapshot-metadata-block-type"},
 		{"negative stream cap", append([]string{"--type=rbd", "--snapshot-metadata-max-streams-per-user=-1"}, base...), "--snapshot-metadata-max-streams-per-user"},
@@ -74,6 +75,24 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 				t.Fatalf("stderr %q lacks %q", stderr.String(), tt.want)
 			}
 		})
+	}
+}
+
+// TestNodeCommandTimeout: filesystem commands have their own bound, at least two minutes by
+// default, not --ceph-op-timeout's 30 seconds.
+func TestNodeCommandTimeout(t *testing.T) {
+	tests := []struct {
+		args []string
+		want time.Duration
+	}{
+		{[]string{"--type=rbd"}, 2 * time.Minute},
+		{[]string{"--type=rbd", "--node-command-timeout=10m", "--ceph-op-timeout=5s"}, 10 * time.Minute},
+	}
+	for _, tt := range tests {
+		cfg, _, err := parseFlags(tt.args, io.Discard)
+		if err != nil || cfg.NodeCommandTimeout != tt.want {
+			t.Errorf("parseFlags(%q): --node-command-timeout %v, %v; want %v", tt.args, cfg.NodeCommandTimeout, err, tt.want)
+		}
 	}
 }
 

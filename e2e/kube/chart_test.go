@@ -76,6 +76,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"misspelt key", "rbd.storageclass.create=true", "'storageclass' not allowed"},
 		{"duration without unit", "controller.cephOpTimeout=30", "at '/controller/cephOpTimeout'"},
 		{"clone wait without unit", "cephfs.cloneWait=8", "at '/cephfs/cloneWait'"},
+		{"node command timeout without unit", "node.commandTimeout=120", "at '/node/commandTimeout'"},
+		{"Ceph user that is an option", "cephUser.id=-oX", "at '/cephUser/id'"},
 		{"port out of range", "rbd.controllerMetricsPort=70000", "at '/rbd/controllerMetricsPort'"},
 		{"unknown mounter", "rbd.storageClass.mounter=nbd", "at '/rbd/storageClass/mounter'"},
 		{"storage class without pool", "rbd.storageClass.create=true", "at '/rbd/storageClass/pool'"},

@@ -52,6 +52,9 @@ type Config struct {
 
 	// StateDir holds node-private state (FUSE mount points, staging records).
 	StateDir string
+	// NodeCommandTimeout bounds each filesystem command of a node (mkfs, fsck, resize2fs,
+	// xfs_growfs); other node commands are bounded by CephTimeouts.Op. 0: the node's default.
+	NodeCommandTimeout time.Duration
 	// RBDMaxCloneDepth is the parent chain length past which new clones are flattened.
 	RBDMaxCloneDepth int
 	// CephFSCloneWait is how long CreateVolume waits for a CephFS clone before answering
@@ -127,6 +130,9 @@ func (c *Config) Complete() error {
 		if d <= 0 {
 			return fmt.Errorf("%s=%v: must be positive", name, d)
 		}
+	}
+	if c.NodeCommandTimeout < 0 {
+		return fmt.Errorf("--node-command-timeout=%v: must not be negative", c.NodeCommandTimeout)
 	}
 	if c.CephFSCloneWait < 0 {
 		return fmt.Errorf("--cephfs-clone-wait=%v: must not be negative", c.CephFSCloneWait)

@@ -140,7 +140,8 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 	stateDir := filepath.Join(d.cfg.StateDir, d.cfg.DriverName)
 	switch d.cfg.Type {
 	case TypeRBD:
-		return rbdnode.New(rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: d.cfg.CephTimeouts.Op})
+		return rbdnode.New(rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
+			Timeout: d.cfg.CephTimeouts.Op, FilesystemTimeout: d.cfg.NodeCommandTimeout})
 	case TypeCephFS:
 		ns, err := cephfsnode.New(cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: d.cfg.CephTimeouts.Op})
 		if err == nil {

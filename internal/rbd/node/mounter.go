@@ -13,18 +13,18 @@ import (
 )
 
 // mount-utils runs mount, mkfs, fsck, blkid, resize2fs and xfs_growfs itself, with no
-// timeout. The adapters below send those commands through the server's executor instead,
-// bound to the RPC's context and the per-command timeout like every other command.
+// timeout. The adapters below send those commands through the server's filesystem executor
+// instead, bound to the RPC's context and to Options.FilesystemTimeout.
 
 // formatter is a SafeFormatAndMount whose commands run under ctx.
 func (s *Server) formatter(ctx context.Context) *mount.SafeFormatAndMount {
-	x := boundExec{ctx: ctx, x: s.x}
+	x := boundExec{ctx: ctx, x: s.fsx}
 	return mount.NewSafeFormatAndMount(boundMounter{Interface: s.base, x: x}, x)
 }
 
 // resizer grows filesystems with commands that run under ctx.
 func (s *Server) resizer(ctx context.Context) *mount.ResizeFs {
-	return mount.NewResizeFs(boundExec{ctx: ctx, x: s.x})
+	return mount.NewResizeFs(boundExec{ctx: ctx, x: s.fsx})
 }
 
 // boundMounter mounts and unmounts through the executor; the mount table queries come from

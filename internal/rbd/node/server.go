@@ -29,19 +29,29 @@ type Options struct {
 	Clusters *clustermap.Store
 	// Locks serialise operations per volume; a busy volume answers ABORTED.
 	Locks *server.OpLocks
-	// Timeout bounds each external command (rbd-fuse, losetup, mkfs, mount...).
+	// Timeout bounds each command that attaches, mounts or inspects (rbd-fuse, rbd, losetup,
+	// mount, umount); the driver passes --ceph-op-timeout.
 	Timeout time.Duration
+	// FilesystemTimeout bounds each filesystem command (blkid, mkfs, fsck, resize2fs,
+	// xfs_growfs, and the mount after them); the driver passes --node-command-timeout. Making,
+	// checking or growing the filesystem of a large volume takes far longer than any Ceph
+	// operation, and killing it half way helps nobody.
+	FilesystemTimeout time.Duration
 }
 
-// DefaultTimeout is Options.Timeout when unset: mkfs.xfs of a large image can take a while.
-const DefaultTimeout = 2 * time.Minute
+// Defaults of Options.Timeout and Options.FilesystemTimeout.
+const (
+	DefaultTimeout           = 30 * time.Second
+	DefaultFilesystemTimeout = 2 * time.Minute
+)
 
 // Server implements csi.NodeServer for RBD volumes.
 type Server struct {
 	csi.UnimplementedNodeServer
 
 	opts      Options
-	x         hostexec.Executor
+	x         hostexec.Executor // bounded by Options.Timeout
+	fsx       hostexec.Executor // bounded by Options.FilesystemTimeout
 	attachers map[string]attach.Attacher
 	// base answers the mount table queries mount-utils makes; mounting goes through x
 	base mount.Interface
@@ -52,13 +62,21 @@ var _ csi.NodeServer = (*Server)(nil)
 // New checks opts, creates the state directory and reports which mounters this node offers.
 // A mounter the node lacks is not an error here: only volumes that need it fail to stage.
 func New(opts Options) (*Server, error) {
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	return newServer(opts, hostexec.New(opts.Timeout))
+	opts.defaults()
+	return newServer(opts, hostexec.New(opts.Timeout), hostexec.New(opts.FilesystemTimeout))
 }
 
-func newServer(opts Options, x hostexec.Executor) (*Server, error) {
+func (o *Options) defaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.FilesystemTimeout <= 0 {
+		o.FilesystemTimeout = DefaultFilesystemTimeout
+	}
+}
+
+// newServer is New with the executors of commands (x) and filesystem commands (fsx) given.
+func newServer(opts Options, x, fsx hostexec.Executor) (*Server, error) {
 	switch {
 	case opts.NodeID == "":
 		return nil, errors.New("rbd node: a node ID is required")
@@ -69,9 +87,7 @@ func newServer(opts Options, x hostexec.Executor) (*Server, error) {
 	case opts.Locks == nil:
 		return nil, errors.New("rbd node: operation locks are required")
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
+	opts.defaults()
 	if err := nodestate.MakeStateDir(opts.StateDir); err != nil {
 		return nil, fmt.Errorf("rbd node: state directory: %w", err)
 	}
@@ -80,7 +96,7 @@ func newServer(opts Options, x hostexec.Executor) (*Server, error) {
 	connect := max(opts.Timeout/2, time.Second)
 	// a zero Mounter: mount.New would run commands (systemd and umount probes) with no
 	// timeout, and its mounting is replaced by boundMounter anyway
-	s := &Server{opts: opts, x: x, attachers: attach.Set(x, connect), base: &mount.Mounter{}}
+	s := &Server{opts: opts, x: x, fsx: fsx, attachers: attach.Set(x, connect), base: &mount.Mounter{}}
 	for _, name := range []string{volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse} {
 		if err := s.attachers[name].Available(); err != nil {
 			klog.InfoS("RBD mounter unavailable; volumes that ask for it will fail to stage", "mounter", name, "reason", err)

@@ -34,7 +34,7 @@ func newTestServer(t *testing.T, m v1.ClusterMap, x hostexec.Executor) *Server {
 	if x == nil {
 		x = hostexec.New(opts.Timeout)
 	}
-	s, err := newServer(opts, x)
+	s, err := newServer(opts, x, x)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,8 +66,8 @@ func TestNewChecksOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.opts.Timeout != DefaultTimeout {
-		t.Fatalf("timeout = %v, want the default", s.opts.Timeout)
+	if s.opts.Timeout != DefaultTimeout || s.opts.FilesystemTimeout != DefaultFilesystemTimeout {
+		t.Fatalf("timeouts = %v, %v; want the defaults", s.opts.Timeout, s.opts.FilesystemTimeout)
 	}
 	fi, err := os.Stat(ok.StateDir)
 	if err != nil || fi.Mode().Perm() != 0o700 {

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"time"
@@ -163,10 +162,7 @@ func (s *Server) mountStaging(ctx context.Context, rec *record) error {
 	case "ext4":
 		formatOpts = []string{"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"}
 	}
-	if err := s.formatter(ctx).FormatAndMountSensitiveWithFormatOptions(dev, rec.StagingPath, rec.FsType, opts, nil, formatOpts); err != nil {
-		return errorStatus(fmt.Sprintf("mounting %s (%s) at %s", dev, rec.FsType, rec.StagingPath), err)
-	}
-	return nil
+	return s.formatAndMount(ctx, dev, rec.StagingPath, rec.FsType, rec.ReadOnly, opts, formatOpts)
 }
 
 // NodeUnstageVolume implements csi.NodeServer: unmount the staging path, detach the image and
