@@ -1,9 +1,6 @@
 package hostmount
 
 import (
-	"context"
-	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -64,26 +61,4 @@ func unescapeOctal(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
-}
-
-// StatWithin stats path, giving up when ctx ends. A stat on a FUSE mount blocks until the
-// daemon answers, and a daemon that is stuck (or still connecting to a hung cluster) would
-// otherwise block the caller, and the volume's lock, for as long. The goroutine of a stat that
-// never returns is left behind, a price paid only for a stuck daemon.
-func StatWithin(ctx context.Context, path string) (os.FileInfo, error) {
-	type result struct {
-		fi  os.FileInfo
-		err error
-	}
-	ch := make(chan result, 1) // the goroutine finishes on its own if nobody waits any more
-	go func() {
-		fi, err := os.Stat(path)
-		ch <- result{fi, err}
-	}()
-	select {
-	case r := <-ch:
-		return r.fi, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("stat %s: %w", path, ctx.Err())
-	}
 }

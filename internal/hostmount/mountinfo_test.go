@@ -1,7 +1,6 @@
 package hostmount
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -86,14 +85,5 @@ func TestUnescapeOctal(t *testing.T) {
 		if got := unescapeOctal(in); got != want {
 			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func TestStatWithin(t *testing.T) {
-	if fi, err := StatWithin(context.Background(), "/"); err != nil || !fi.IsDir() {
-		t.Fatalf("StatWithin(/) = %v, %v", fi, err)
-	}
-	if _, err := StatWithin(context.Background(), "/no/such/path"); !os.IsNotExist(err) {
-		t.Fatalf("StatWithin(missing) = %v, want ENOENT", err)
 	}
 }

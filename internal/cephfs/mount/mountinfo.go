@@ -41,8 +41,9 @@ func (s State) String() string {
 }
 
 // Inspect reports the state of the mount at path and its mount table entry. A stat on a FUSE
-// mount waits for the daemon, so it is bounded by timeout: a daemon that is alive but stuck is
-// an error of class ceph.ErrUnavailable, not Broken, since remounting would leave it behind.
+// mount waits for the daemon, so it is bounded by timeout, and while one waits no other starts
+// on the path (hostmount.StatWithin): a daemon that is alive but stuck is an error of class
+// ceph.ErrUnavailable, not Broken, since remounting would leave it behind.
 func Inspect(ctx context.Context, path string, timeout time.Duration) (State, *mount.MountInfo, error) {
 	m, err := hostmount.MountAt(path)
 	if err != nil {
@@ -57,8 +58,8 @@ func Inspect(ctx context.Context, path string, timeout time.Duration) (State, *m
 		if IsBroken(err) {
 			return Broken, m, nil
 		}
-		if ctx.Err() != nil {
-			return Healthy, m, ceph.NewError("stat "+path, ceph.ErrUnavailable, fmt.Sprintf("the mount does not answer within %s", timeout))
+		if hostmount.Unresponsive(err) {
+			return Healthy, m, ceph.NewError("stat "+path, ceph.ErrUnavailable, fmt.Sprintf("the mount does not answer (%s): %v", timeout, err))
 		}
 		return Healthy, m, err
 	}

@@ -142,7 +142,14 @@ func (s *Server) recoverVolume(ctx context.Context, rec *record) (bool, error) {
 		return false, nil // an RPC is on it
 	}
 	defer unlock()
-	if _, err := os.Stat(rec.StagingPath); err != nil && !mount.IsBroken(err) {
+	statCtx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	_, err = hostmount.StatWithin(statCtx, rec.StagingPath)
+	cancel()
+	if hostmount.Unresponsive(err) {
+		// a stuck mount, not a dead one: remounting would leave its daemon behind
+		return false, status.Errorf(codes.Unavailable, "the staging mount does not answer: %v", err)
+	}
+	if err != nil && !mount.IsBroken(err) {
 		// the CO removed the staging directory: nothing to mount on
 		log.Info("Not recovering a volume whose staging path is gone", "err", err)
 		return false, nil

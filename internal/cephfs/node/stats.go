@@ -8,6 +8,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -51,11 +52,11 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		if r.VolumePath == rec.StagingPath {
 			dir = filepath.Join(rec.StagingPath, rec.Shallow.SnapshotDir)
 		}
-		return snapshotStats(dir)
+		return s.snapshotStats(ctx, dir)
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(r.VolumePath, &st); err != nil {
-		return nil, internal("statfs "+r.VolumePath, err)
+	st, err := s.statfs(ctx, r.VolumePath)
+	if err != nil {
+		return nil, err
 	}
 	bsize := st.Bsize
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
@@ -68,12 +69,25 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 
 const brokenReason = "transport endpoint is not connected"
 
-func snapshotStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
-	bytes, err := dirStat(dir, "ceph.dir.rbytes")
+// fsCallStatus is the status of a failed bounded filesystem call on a volume's mount.
+func fsCallStatus(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case hostmount.Unresponsive(err):
+		return status.Errorf(codes.Unavailable, "the mount does not answer: %v", err)
+	case mount.IsBroken(err):
+		return status.Errorf(codes.FailedPrecondition, "the mount is broken (%s): %v", brokenReason, err)
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+func (s *Server) snapshotStats(ctx context.Context, dir string) (*csi.NodeGetVolumeStatsResponse, error) {
+	bytes, err := s.dirStat(ctx, dir, "ceph.dir.rbytes")
 	if err != nil {
 		return nil, err
 	}
-	entries, err := dirStat(dir, "ceph.dir.rentries")
+	entries, err := s.dirStat(ctx, dir, "ceph.dir.rentries")
 	if err != nil {
 		return nil, err
 	}
@@ -83,14 +97,25 @@ func snapshotStats(dir string) (*csi.NodeGetVolumeStatsResponse, error) {
 	}}, nil
 }
 
-// dirStat reads one of CephFS's recursive directory statistics (virtual extended attributes).
-func dirStat(dir, name string) (int64, error) {
-	buf := make([]byte, 32)
-	n, err := unix.Getxattr(dir, name, buf)
+// statfs is statfs(2) of a volume's path, bounded like Inspect's stat: a mount that stopped
+// answering between the two is UNAVAILABLE.
+func (s *Server) statfs(ctx context.Context, p string) (unix.Statfs_t, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	st, err := hostmount.StatfsWithin(ctx, p)
+	return st, fsCallStatus(err)
+}
+
+// dirStat reads one of CephFS's recursive directory statistics (virtual extended attributes),
+// bounded like statfs.
+func (s *Server) dirStat(ctx context.Context, dir, name string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	b, err := hostmount.GetxattrWithin(ctx, dir, name, 32)
 	if err != nil {
-		return 0, internal(fmt.Sprintf("reading %s of %s", name, dir), err)
+		return 0, fsCallStatus(err)
 	}
-	v, err := strconv.ParseInt(string(buf[:n]), 10, 64)
+	v, err := strconv.ParseInt(string(b), 10, 64)
 	if err != nil {
 		return 0, internal(fmt.Sprintf("%s of %s", name, dir), err)
 	}

@@ -143,7 +143,7 @@ func (f *Fuse) fuseUp(ctx context.Context, a Attachment, file string) (bool, err
 	if err == nil {
 		return true, nil
 	}
-	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+	if hostmount.Unresponsive(err) || ctx.Err() != nil {
 		// a daemon that does not answer in time may be busy rather than dead: do not remount
 		// under it
 		return false, err

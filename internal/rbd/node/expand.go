@@ -3,11 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,7 +42,13 @@ func (s *Server) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolume
 	if rec == nil || rec.State != stateStaged {
 		return nil, status.Errorf(codes.NotFound, "volume %q is not staged on this node", r.VolumeID)
 	}
-	if _, err := os.Stat(r.VolumePath); err != nil {
+	statCtx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	_, err = hostmount.StatWithin(statCtx, r.VolumePath)
+	cancel()
+	if hostmount.Unresponsive(err) {
+		return nil, pathStatus("volume_path", err)
+	}
+	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume_path %q: %v", r.VolumePath, err)
 	}
 	attacher, ok := s.attachers[rec.Mounter]

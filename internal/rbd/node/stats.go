@@ -10,7 +10,6 @@ import (
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -23,12 +22,16 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(r.VolumePath)
+	// bounded, one call per path at a time: a volume path that stopped answering (a stuck
+	// FUSE daemon under it) must not take one more thread with every poll
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	fi, err := hostmount.StatWithin(ctx, r.VolumePath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, status.Errorf(codes.NotFound, "volume_path %q does not exist", r.VolumePath)
 	}
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "volume_path: %v", err)
+		return nil, pathStatus("volume_path", err)
 	}
 	m, err := hostmount.MountAt(r.VolumePath)
 	if err != nil {
@@ -52,9 +55,9 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 		}
 		return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{{Unit: csi.VolumeUsage_BYTES, Total: size}}}, nil
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(r.VolumePath, &st); err != nil {
-		return nil, status.Errorf(codes.Internal, "statfs %s: %v", r.VolumePath, err)
+	st, err := hostmount.StatfsWithin(ctx, r.VolumePath)
+	if err != nil {
+		return nil, pathStatus("volume_path", err)
 	}
 	bsize := st.Bsize
 	return &csi.NodeGetVolumeStatsResponse{Usage: []*csi.VolumeUsage{
@@ -71,4 +74,13 @@ func (s *Server) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeS
 			Used:      int64(st.Files - st.Ffree),
 		},
 	}}, nil
+}
+
+// pathStatus is the status of a failed bounded filesystem call (hostmount) on a path the
+// request names: UNAVAILABLE when the filesystem there does not answer.
+func pathStatus(field string, err error) error {
+	if hostmount.Unresponsive(err) {
+		return status.Errorf(codes.Unavailable, "%s does not answer: %v", field, err)
+	}
+	return status.Errorf(codes.Internal, "%s: %v", field, err)
 }
