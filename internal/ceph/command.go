@@ -10,11 +10,15 @@ import (
 )
 
 // sender hands one encoded command to librados: the monitors or the active manager.
-type sender func(*rados.Conn, []byte) ([]byte, string, error)
+type sender struct {
+	send func(*rados.Conn, []byte) ([]byte, string, error)
+	mgr  bool // runs in one of the connection's manager command slots
+}
 
-func sendMon(r *rados.Conn, b []byte) ([]byte, string, error) { return r.MonCommand(b) }
-
-func sendMgr(r *rados.Conn, b []byte) ([]byte, string, error) { return r.MgrCommand([][]byte{b}) }
+var (
+	sendMon = sender{send: func(r *rados.Conn, b []byte) ([]byte, string, error) { return r.MonCommand(b) }}
+	sendMgr = sender{send: func(r *rados.Conn, b []byte) ([]byte, string, error) { return r.MgrCommand([][]byte{b}) }, mgr: true}
+)
 
 // MonCommand sends one JSON command to the monitors and returns its output. Ceph's status text
 // becomes part of the error, since it carries the reason (e.g. "pool 'x' does not exist").
@@ -37,9 +41,6 @@ func MonCommandRaw(ctx context.Context, c *Conn, op string, body []byte) ([]byte
 // MgrCommand sends one JSON command to the active manager (for example the volumes module).
 // c must come from Pool.GetForMgr.
 func MgrCommand(ctx context.Context, c *Conn, cmd map[string]any) ([]byte, error) {
-	if err := c.mgrOK(); err != nil {
-		return nil, err
-	}
 	op, body, err := encode(cmd)
 	if err != nil {
 		return nil, err
@@ -65,8 +66,12 @@ func command(ctx context.Context, c *Conn, op string, body []byte, send sender) 
 		buf    []byte
 		status string
 	}
-	res, err := Call(ctx, c, op, func(r *rados.Conn) (out, error) {
-		buf, status, err := send(r, body)
+	run := Call[out]
+	if send.mgr {
+		run = callMgr[out]
+	}
+	res, err := run(ctx, c, op, func(r *rados.Conn) (out, error) {
+		buf, status, err := send.send(r, body)
 		return out{buf, status}, err
 	})
 	if err != nil {

@@ -24,10 +24,7 @@ type commandResult struct {
 
 // MgrCommand implements go-ceph's MgrCommander.
 func (c Commander) MgrCommand(args [][]byte) ([]byte, string, error) {
-	if err := c.conn.mgrOK(); err != nil {
-		return nil, "", err
-	}
-	r, err := Call(c.ctx, c.conn, "mgr command", func(r *rados.Conn) (commandResult, error) {
+	r, err := callMgr(c.ctx, c.conn, "mgr command", func(r *rados.Conn) (commandResult, error) {
 		b, s, err := r.MgrCommand(args)
 		return commandResult{b, s}, err
 	})

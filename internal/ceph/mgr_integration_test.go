@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -14,11 +16,9 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 )
 
-// TestHungManagerIsBoundedAndSurvived freezes the local cluster's manager: a manager command
-// must return DEADLINE_EXCEEDED-class errors at the caller's deadline, and the manager's late
-// replies must not crash the process (Pacific's librados does, with rados_mon_op_timeout set).
-func TestHungManagerIsBoundedAndSurvived(t *testing.T) {
-	cl := cephtest.Env(t)
+// managerPID is the pid of the local cluster's manager.
+func managerPID(t *testing.T) int {
+	t.Helper()
 	pidFile := os.Getenv("CEPH_DIR") + "/run/mgr.x.pid"
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
@@ -28,6 +28,110 @@ func TestHungManagerIsBoundedAndSurvived(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mgr
+}
+
+// threads is the number of threads of this process.
+func threads(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no Threads line in /proc/self/status")
+	return 0
+}
+
+// TestHungManagerCommandsAreCapped freezes the manager and sends 200 concurrent manager
+// commands on one connection: each is abandoned at its caller's 2 s deadline, but a librados
+// call already sent holds its thread until the manager answers, so the process must not gain a
+// thread per command: at most PoolOptions.MaxMgrCommands run, the rest wait for a slot and
+// give up at their deadline without a call. After the manager resumes, commands work again.
+func TestHungManagerCommandsAreCapped(t *testing.T) {
+	cl := cephtest.Env(t)
+	mgr := managerPID(t)
+	p := ceph.NewPool(ceph.PoolOptions{Timeouts: ceph.Timeouts{Connect: 5 * time.Second, Op: 2 * time.Second}})
+	defer p.Close()
+	c, err := p.GetForMgr(context.Background(), cl.Monitors, cl.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	cmd := func(ctx context.Context) error {
+		_, err := ceph.MgrCommand(ctx, c, map[string]any{"prefix": "pg stat"})
+		return err
+	}
+	ctx := context.Background()
+	if err := cmd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = syscall.Kill(mgr, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	before := threads(t)
+	if err := syscall.Kill(mgr, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	const calls = 200
+	var wg sync.WaitGroup
+	var timeouts atomic.Int32
+	start := time.Now()
+	for range calls {
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			if err := cmd(cctx); errors.Is(err, ceph.ErrTimeout) {
+				timeouts.Add(1)
+			} else {
+				t.Errorf("command to a frozen manager: %v, want a timeout", err)
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	grew := threads(t) - before
+	t.Logf("%d commands to a frozen manager: %d timed out in %v; threads %d → %d", calls, timeouts.Load(), took.Round(time.Millisecond), before, before+grew)
+	if took > 10*time.Second {
+		t.Errorf("the commands took %v, want their 2 s deadline", took)
+	}
+	if grew > ceph.DefaultMaxMgrCommands+10 {
+		t.Errorf("the process gained %d threads over %d commands to a frozen manager", grew, calls)
+	}
+	resume()
+	cctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	for {
+		err := cmd(cctx)
+		if err == nil {
+			break
+		}
+		if cctx.Err() != nil {
+			t.Fatalf("after the manager resumed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestHungManagerIsBoundedAndSurvived freezes the local cluster's manager: a manager command
+// must return DEADLINE_EXCEEDED-class errors at the caller's deadline, and the manager's late
+// replies must not crash the process (Pacific's librados does, with rados_mon_op_timeout set).
+func TestHungManagerIsBoundedAndSurvived(t *testing.T) {
+	cl := cephtest.Env(t)
+	mgr := managerPID(t)
 	p := ceph.NewPool(ceph.PoolOptions{Timeouts: ceph.Timeouts{Connect: 5 * time.Second, Op: 2 * time.Second}})
 	defer p.Close()
 	c, err := p.GetForMgr(context.Background(), cl.Monitors, cl.Admin)

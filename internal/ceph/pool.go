@@ -36,7 +36,14 @@ type PoolOptions struct {
 	// IdleTTL is how long an unused connection stays open; a connection is a few threads and
 	// sockets per cluster user, cheap to keep for the next RPC, wasteful to keep forever.
 	IdleTTL time.Duration
+	// MaxMgrCommands bounds the manager commands outstanding on one connection (see
+	// mgrCommands); 0 means DefaultMaxMgrCommands.
+	MaxMgrCommands int
 }
+
+// DefaultMaxMgrCommands is PoolOptions.MaxMgrCommands when unset: more than the volumes
+// module answers at once, few enough threads to leave behind on a hung manager.
+const DefaultMaxMgrCommands = 16
 
 // Pool shares librados connections between RPCs. Connections are keyed by (monitors, user,
 // key): the same Secret used by many volumes costs one connection, a rotated key gets a new
@@ -60,6 +67,9 @@ type entry struct {
 	ready   chan struct{} // closed when the connection attempt finished
 	conn    *rados.Conn   // set before ready is closed, when err is nil
 	err     error
+	// mgrSlots holds one token per manager command running on the connection, until librados
+	// returns it, whether or not its caller still waits (mgrCommands flavor only)
+	mgrSlots chan struct{}
 
 	// guarded by Pool.mu
 	refs      int
@@ -77,6 +87,9 @@ func NewPool(opts PoolOptions) *Pool {
 	}
 	if opts.IdleTTL <= 0 {
 		opts.IdleTTL = 5 * time.Minute
+	}
+	if opts.MaxMgrCommands <= 0 {
+		opts.MaxMgrCommands = DefaultMaxMgrCommands
 	}
 	p := &Pool{opts: opts, entries: map[string]*entry{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go p.reap()
@@ -135,7 +148,10 @@ const (
 	// Pacific's librados returns from a timed-out rados_mgr_command while the manager's late
 	// reply is still to be written into the caller's freed buffers, which crashes the process
 	// (reproduced here by SIGSTOPping the mgr: segfault on SIGCONT). Call still bounds the
-	// caller with the RPC's deadline; the abandoned call finishes when the manager answers.
+	// caller with the RPC's deadline; the abandoned call finishes when the manager answers,
+	// holding a thread until then. So at most PoolOptions.MaxMgrCommands commands run on one
+	// connection: on a hung manager further callers wait for a slot until their deadline
+	// instead of leaving one more thread behind each.
 	mgrCommands flavor = "mgr"
 )
 
@@ -170,6 +186,9 @@ func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flav
 	e := p.entries[key]
 	if e == nil || e.broken {
 		e = &entry{key: key, monHost: monHost, flavor: f, ready: make(chan struct{})}
+		if f == mgrCommands {
+			e.mgrSlots = make(chan struct{}, p.opts.MaxMgrCommands)
+		}
 		p.entries[key] = e
 		p.dials++
 		go p.connect(e, monHost, cred)
@@ -377,9 +396,30 @@ func (p *Pool) Close() {
 // running beside it. This is what keeps a hung cluster from wedging a caller forever without
 // letting two calls on one volume overlap.
 func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (T, error)) (T, error) {
+	return call(ctx, c, op, nil, fn)
+}
+
+// callMgr is Call for a manager command: it runs only once one of the connection's manager
+// command slots is free (see mgrCommands), and holds it until librados returns.
+func callMgr[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (T, error)) (T, error) {
+	if err := c.mgrOK(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return call(ctx, c, op, c.e.mgrSlots, fn)
+}
+
+func call[T any](ctx context.Context, c *Conn, op string, slots chan struct{}, fn func(*rados.Conn) (T, error)) (T, error) {
 	var zero T
 	if err := ctx.Err(); err != nil {
 		return zero, Wrap(op, err)
+	}
+	if slots != nil {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return zero, WrapDetail(op, ctx.Err(), fmt.Sprintf("all %d manager commands this connection may run are still waiting for the manager", cap(slots)))
+		}
 	}
 	type result struct {
 		v   T
@@ -397,8 +437,11 @@ func Call[T any](ctx context.Context, c *Conn, op string, fn func(*rados.Conn) (
 			// connection
 			c.pool.markBroken(c.e)
 		}
-		// both before the result is handed over: a caller that has its answer must find the
-		// operation lock free for its next request
+		// all before the result is handed over: a caller that has its answer must find the
+		// operation lock (and the manager command slot) free for its next request
+		if slots != nil {
+			<-slots
+		}
 		held()
 		c.pool.release(c.e)
 		ch <- result{v, err}
