@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
@@ -14,6 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -34,10 +38,9 @@ func (s *Server) repair(ctx context.Context, rec *record, cred ceph.Credentials,
 	if err := s.unmountStaging(ctx, rec); err != nil {
 		return err
 	}
-	rec.State = stateMounting
-	if err := rec.write(); err != nil {
-		return internal("writing the staging record", err)
-	}
+	// the record stays "staged" while the mount is redone: a repair that fails or is cut short
+	// leaves a staged volume with nothing mounted, which the next Recover pass, stage or
+	// publish repairs again, publish targets included
 	if err := s.mountStaging(ctx, rec, cred); err != nil {
 		return err
 	}
@@ -92,47 +95,106 @@ func (s *Server) ensureHealthy(ctx context.Context, rec *record, secrets map[str
 // stage in progress creates the directory an instant before linking it to its record.
 const orphanAge = 10 * time.Minute
 
+// DefaultRecoverBackoff paces Recover's retries of the volumes it could not repair yet: a
+// plugin often restarts together with the cluster or the network it reaches the cluster by.
+var DefaultRecoverBackoff = wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: time.Minute}
+
 // Recover remounts broken FUSE mounts of volumes staged on this node and binds their publish
-// targets again, with the recovery keys kept for them. The driver calls it at start-up: a
-// restart of the plugin is what usually kills the daemons it started, and kubelet does not
-// stage a volume again while it believes it staged. Volumes another operation holds are left
-// to that operation. It also removes work directories (and their keys) whose
-// volume is no longer staged. It returns what it could not repair; each of those volumes is
-// repaired by its next NodeStageVolume or NodePublishVolume.
+// targets again, with the recovery keys kept for them. The driver calls it at start-up, in the
+// background: a restart of the plugin is what usually kills the daemons it started, and
+// kubelet does not stage a volume again while it believes it staged. Volumes another operation
+// holds are left to that operation. It also removes work directories (and their keys) whose
+// volume is no longer staged.
+//
+// A volume whose repair failed for a reason time may cure (Ceph unreachable or slow, a stuck
+// mount) is tried again with backoff (Options.RecoverBackoff) until it is repaired or ctx ends;
+// one that cannot be repaired this way (no recovery key, subvolume gone, access denied) is not.
+// Recover returns what it could not repair; each of those volumes is also repaired by its next
+// NodeStageVolume or NodePublishVolume.
 func (s *Server) Recover(ctx context.Context) error {
 	log := klog.FromContext(ctx)
 	entries, err := os.ReadDir(s.opts.StateDir)
 	if err != nil {
 		return fmt.Errorf("cephfs node recovery: %w", err)
 	}
-	var errs []error
-	repaired := 0
+	var dirs []string
 	for _, e := range entries {
-		if !e.IsDir() {
-			continue
-		}
-		dir := filepath.Join(s.opts.StateDir, e.Name())
-		rec, err := s.indexedRecord(dir)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if rec == nil {
-			s.removeOrphan(ctx, dir)
-			continue
-		}
-		if rec.State != stateStaged || rec.Mounter != mount.NameFuse {
-			continue // an interrupted stage is redone by the CO's retry; kernel mounts heal themselves
-		}
-		done, err := s.recoverVolume(ctx, rec)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("volume %q at %s: %w", rec.VolumeID, rec.StagingPath, err))
-		}
-		if done {
-			repaired++
+		if e.IsDir() {
+			dirs = append(dirs, filepath.Join(s.opts.StateDir, e.Name()))
 		}
 	}
-	log.Info("CephFS node recovery done", "volumes", len(entries), "remounted", repaired, "failed", len(errs))
+	backoff := s.opts.RecoverBackoff
+	repaired, failed := 0, map[string]error{} // work directory → why its volume is not repaired
+retries:
+	for attempt := 1; ; attempt++ {
+		var retry []string
+		for _, dir := range dirs {
+			done, err := s.recoverDir(ctx, dir)
+			if done {
+				repaired++
+			}
+			delete(failed, dir)
+			if err != nil {
+				failed[dir] = err
+				if retryable(err) {
+					retry = append(retry, dir)
+				}
+			}
+		}
+		if len(retry) == 0 {
+			break
+		}
+		delay := backoff.Step()
+		log.Info("CephFS node recovery: volumes not repaired yet, retrying", "attempt", attempt, "volumes", len(retry), "retryIn", delay, "err", joinSorted(failed))
+		select {
+		case <-ctx.Done():
+			log.Info("CephFS node recovery gives up", "reason", ctx.Err())
+			break retries
+		case <-time.After(delay):
+		}
+		dirs = retry
+	}
+	log.Info("CephFS node recovery done", "volumes", len(entries), "remounted", repaired, "failed", len(failed))
+	return joinSorted(failed)
+}
+
+// recoverDir recovers the volume of one work directory, or removes the directory when no
+// staged volume refers to it; it reports whether it remounted.
+func (s *Server) recoverDir(ctx context.Context, dir string) (bool, error) {
+	rec, err := s.indexedRecord(dir)
+	if err != nil {
+		return false, err
+	}
+	if rec == nil {
+		s.removeOrphan(ctx, dir)
+		return false, nil
+	}
+	if rec.State != stateStaged || rec.Mounter != mount.NameFuse {
+		return false, nil // an interrupted stage is redone by the CO's retry; kernel mounts heal themselves
+	}
+	done, err := s.recoverVolume(ctx, rec)
+	if err != nil {
+		return done, fmt.Errorf("volume %q at %s: %w", rec.VolumeID, rec.StagingPath, err)
+	}
+	return done, nil
+}
+
+// retryable reports whether a failed repair may succeed later without anyone acting: not when
+// the request itself is wrong, the key is missing or refused, or the subvolume is gone.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
+		return false
+	}
+	return true
+}
+
+// joinSorted joins the errors of m in the order of their keys.
+func joinSorted(m map[string]error) error {
+	var errs []error
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		errs = append(errs, m[k])
+	}
 	return errors.Join(errs...)
 }
 

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -32,6 +33,8 @@ type Options struct {
 	Locks *server.OpLocks
 	// Timeout bounds each mount helper and external command.
 	Timeout time.Duration
+	// RecoverBackoff paces Recover's retries (zero: DefaultRecoverBackoff).
+	RecoverBackoff wait.Backoff
 }
 
 // DefaultTimeout is Options.Timeout when unset.
@@ -73,6 +76,9 @@ func newServer(opts Options, x hostexec.Executor, fuse, kernel mount.Mounter) (*
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
+	}
+	if opts.RecoverBackoff.Duration <= 0 {
+		opts.RecoverBackoff = DefaultRecoverBackoff
 	}
 	opts.StateDir = filepath.Clean(opts.StateDir)
 	s := &Server{opts: opts, x: x, mounters: map[string]mount.Mounter{mount.NameFuse: fuse, mount.NameKernel: kernel}}
