@@ -112,10 +112,36 @@ func loopDetach(ctx context.Context, x hostexec.Executor, sys, dev string) error
 	return nil
 }
 
+// claimAttempts bounds how often LoopSetupReadOnly picks another free loop device after
+// another process bound the one it picked first.
+const claimAttempts = 3
+
 // LoopSetupReadOnly puts a read-only loop device on top of dev, for publishing a block volume
-// read-only: a read-only bind mount does not stop writes through a device node.
-func LoopSetupReadOnly(ctx context.Context, x hostexec.Executor, dev string) (string, error) {
-	return loopSetup(ctx, x, dev, true)
+// read-only: a read-only bind mount does not stop writes through a device node. It picks a
+// free loop device and hands its name to claim before binding it to dev, so a caller that
+// records the name there leaks nothing if it dies in between; a device another process binds
+// first is given up for another.
+func LoopSetupReadOnly(ctx context.Context, x hostexec.Executor, dev string, claim func(loop string) error) (string, error) {
+	for attempt := 1; ; attempt++ {
+		out, err := x.Run(ctx, "losetup", "--find")
+		if err != nil {
+			return "", err
+		}
+		loop := lastLine(out)
+		if !strings.HasPrefix(loop, "/dev/loop") {
+			return "", fmt.Errorf("losetup printed %q, not a loop device", loop)
+		}
+		if err := claim(loop); err != nil {
+			return "", err
+		}
+		_, err = x.Run(ctx, "losetup", "--read-only", loop, dev)
+		if err == nil {
+			return loop, nil
+		}
+		if attempt == claimAttempts || loopBacking(SysRoot, loop) == "" {
+			return "", err // not taken by somebody else meanwhile: a real failure
+		}
+	}
 }
 
 // ReadOnlyLoopOver reports whether dev is a read-only loop device layered on a block device

@@ -42,15 +42,55 @@ func TestLoopDevices(t *testing.T) {
 		t.Fatal("read-write loop reported read-only")
 	}
 
-	layer, err := LoopSetupReadOnly(ctx, x, dev)
+	// the layer's name is handed over before the device is bound: a caller records it there
+	var claimed []string
+	layer, err := LoopSetupReadOnly(ctx, x, dev, func(loop string) error {
+		if b := loopBacking(SysRoot, loop); b != "" {
+			t.Errorf("claimed %s is already bound to %s", loop, b)
+		}
+		claimed = append(claimed, loop)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(claimed) != 1 || claimed[0] != layer {
+		t.Fatalf("claimed %v, got layer %s", claimed, layer)
 	}
 	if over, ok := ReadOnlyLoopOver(SysRoot, layer); !ok || over != dev {
 		t.Fatalf("ReadOnlyLoopOver(%s) = %q, %v; want %s", layer, over, ok, dev)
 	}
 	if _, ok := ReadOnlyLoopOver(SysRoot, dev); ok {
 		t.Fatal("a loop device on a file is not a read-only layer")
+	}
+	if err := LoopDetach(ctx, x, layer); err != nil {
+		t.Fatal(err)
+	}
+
+	// another process binds the device picked first: another one is picked
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	claimed = nil
+	layer, err = LoopSetupReadOnly(ctx, x, dev, func(loop string) error {
+		claimed = append(claimed, loop)
+		if len(claimed) == 1 {
+			if _, err := x.Run(ctx, "losetup", loop, other); err != nil {
+				t.Fatalf("taking %s first: %v", loop, err)
+			}
+			t.Cleanup(func() { _ = loopDetach(context.Background(), x, SysRoot, loop) })
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("LoopSetupReadOnly after losing a race: %v", err)
+	}
+	if len(claimed) != 2 || claimed[1] != layer || layer == claimed[0] || loopBacking(SysRoot, claimed[0]) != other {
+		t.Fatalf("claimed %v, got layer %s", claimed, layer)
+	}
+	if over, ok := ReadOnlyLoopOver(SysRoot, layer); !ok || over != dev {
+		t.Fatalf("ReadOnlyLoopOver(%s) = %q, %v; want %s", layer, over, ok, dev)
 	}
 	if err := LoopDetach(ctx, x, layer); err != nil {
 		t.Fatal(err)

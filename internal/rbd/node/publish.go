@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
@@ -104,17 +105,57 @@ func (s *Server) publishBlock(ctx context.Context, rec *record, target string, r
 	f.Close()
 	source := dev
 	if layer {
-		if source, err = attach.LoopSetupReadOnly(ctx, s.x, dev); err != nil {
-			return errorStatus("making a read-only device over "+dev, err)
+		if source, err = s.readOnlyLayer(ctx, rec, target); err != nil {
+			return err
 		}
+		faultpoint.Hit("rbd.NodePublishVolume.read-only-layer")
 	}
 	if err := hostmount.Bind(ctx, s.x, source, target, readOnly); err != nil {
 		if layer {
-			if derr := attach.LoopDetach(context.WithoutCancel(ctx), s.x, source); derr != nil {
-				klog.FromContext(ctx).Error(derr, "Detaching the read-only layer of a failed publish", "device", source)
-			}
+			s.dropLayer(context.WithoutCancel(ctx), rec, target)
 		}
 		return errorStatus("bind mounting "+source+" at "+target, err)
+	}
+	return nil
+}
+
+// readOnlyLayer returns the read-only loop device to publish rec's device at target through:
+// the one recorded for target when it still is such a layer (a publish that died before its
+// bind mount), else a new one, recorded before it is bound to the device.
+func (s *Server) readOnlyLayer(ctx context.Context, rec *record, target string) (string, error) {
+	dev := rec.Attachment.Device
+	if loop := rec.ReadOnlyLayers[target]; loop != "" && isReadOnlyLayerOver(loop, dev) {
+		return loop, nil
+	}
+	loop, err := attach.LoopSetupReadOnly(ctx, s.x, dev, func(loop string) error {
+		rec.setLayer(target, loop)
+		if err := rec.write(); err != nil {
+			return status.Errorf(codes.Internal, "writing the staging record: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return "", errorStatus("making a read-only device over "+dev, err)
+	}
+	return loop, nil
+}
+
+// dropLayer detaches the read-only loop device recorded for target, if it is one over rec's
+// device (after a reboot the name may belong to another device), and forgets it.
+func (s *Server) dropLayer(ctx context.Context, rec *record, target string) error {
+	loop := rec.ReadOnlyLayers[target]
+	if loop == "" {
+		return nil
+	}
+	if isReadOnlyLayerOver(loop, rec.Attachment.Device) {
+		if err := attach.LoopDetach(ctx, s.x, loop); err != nil {
+			klog.FromContext(ctx).Error(err, "Detaching a read-only layer", "device", loop, "targetPath", target)
+			return errorStatus("detaching the read-only layer "+loop, err)
+		}
+	}
+	rec.setLayer(target, "")
+	if err := rec.write(); err != nil {
+		return status.Errorf(codes.Internal, "writing the staging record: %v", err)
 	}
 	return nil
 }
@@ -175,6 +216,15 @@ func (s *Server) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublish
 			if err := attach.LoopDetach(ctx, s.x, layer); err != nil {
 				return nil, errorStatus("detaching the read-only layer "+layer, err)
 			}
+		}
+	}
+	// a layer recorded for the target whose publish died before its bind mount: nothing was
+	// mounted, so the loop above did not see it
+	if rec, err := s.findRecord(volumeID, ""); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	} else if rec != nil {
+		if err := s.dropLayer(ctx, rec, target); err != nil {
+			return nil, err
 		}
 	}
 	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {

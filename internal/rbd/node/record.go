@@ -25,6 +25,10 @@ type record struct {
 	ReadOnly    bool     `json:"readOnly"`
 	// Attachment is what the mounter set up: device, rbd-fuse directory, work directory.
 	Attachment attach.Attachment `json:"attachment"`
+	// ReadOnlyLayers are the read-only loop devices block publishes put over the device, by
+	// target path. Each is recorded before it is bound to the device, so one left by a
+	// publish that died before its bind mount is found by the retry or by unpublish.
+	ReadOnlyLayers map[string]string `json:"readOnlyLayers,omitempty"`
 }
 
 const (
@@ -86,6 +90,18 @@ func (r *record) conflict(req stageRequest) string {
 		return fmt.Sprintf("it is staged %s", map[bool]string{true: "read-only", false: "read-write"}[r.ReadOnly])
 	}
 	return ""
+}
+
+// setLayer records the read-only loop device of a block publish at target ("" forgets it).
+func (r *record) setLayer(target, loop string) {
+	if loop == "" {
+		delete(r.ReadOnlyLayers, target)
+		return
+	}
+	if r.ReadOnlyLayers == nil {
+		r.ReadOnlyLayers = map[string]string{}
+	}
+	r.ReadOnlyLayers[target] = loop
 }
 
 func accessType(block bool) string {

@@ -204,6 +204,13 @@ func (s *Server) unstage(ctx context.Context, rec *record) error {
 	if err := hostmount.Unmount(ctx, s.x, rec.StagingPath); err != nil {
 		return errorStatus("unmounting "+rec.StagingPath, err)
 	}
+	// read-only layers of publishes the CO did not unpublish (a layer still bound at a target
+	// is only marked to go when released)
+	for target := range rec.ReadOnlyLayers {
+		if err := s.dropLayer(ctx, rec, target); err != nil {
+			return err
+		}
+	}
 	attacher, ok := s.attachers[rec.Mounter]
 	if !ok {
 		return status.Errorf(codes.Internal, "staging record %s names unknown mounter %q", nodestate.RecordPath(rec.StagingPath), rec.Mounter)
