@@ -112,7 +112,9 @@ func (s *Server) publishBlock(ctx context.Context, rec *record, target string, r
 	}
 	if err := hostmount.Bind(ctx, s.x, source, target, readOnly); err != nil {
 		if layer {
-			s.dropLayer(context.WithoutCancel(ctx), rec, target)
+			if derr := s.dropLayer(context.WithoutCancel(ctx), rec, target); derr != nil {
+				klog.FromContext(ctx).Error(derr, "Undoing the read-only layer of a failed publish; NodeUnpublishVolume will retry")
+			}
 		}
 		return errorStatus("bind mounting "+source+" at "+target, err)
 	}
@@ -149,7 +151,6 @@ func (s *Server) dropLayer(ctx context.Context, rec *record, target string) erro
 	}
 	if isReadOnlyLayerOver(loop, rec.Attachment.Device) {
 		if err := attach.LoopDetach(ctx, s.x, loop); err != nil {
-			klog.FromContext(ctx).Error(err, "Detaching a read-only layer", "device", loop, "targetPath", target)
 			return errorStatus("detaching the read-only layer "+loop, err)
 		}
 	}
