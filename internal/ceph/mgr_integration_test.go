@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,24 +30,19 @@ func managerPID(t *testing.T) int {
 	return mgr
 }
 
-// threads is the number of threads of this process.
-func threads(t *testing.T) int {
+// mgrConn is a connection to the local cluster for manager commands, closed at the end of
+// the test.
+func mgrConn(t *testing.T) *ceph.Conn {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
+	cl := cephtest.Env(t)
+	p := ceph.NewPool(ceph.PoolOptions{Timeouts: ceph.Timeouts{Connect: 5 * time.Second, Op: 2 * time.Second}})
+	t.Cleanup(p.Close)
+	c, err := p.GetForMgr(context.Background(), cl.Monitors, cl.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
+	t.Cleanup(c.Release)
+	return c
 }
 
 // TestHungManagerCommandsAreCapped freezes the manager and sends 200 concurrent manager
@@ -57,15 +51,8 @@ func threads(t *testing.T) int {
 // thread per command: at most PoolOptions.MaxMgrCommands run, the rest wait for a slot and
 // give up at their deadline without a call. After the manager resumes, commands work again.
 func TestHungManagerCommandsAreCapped(t *testing.T) {
-	cl := cephtest.Env(t)
+	c := mgrConn(t)
 	mgr := managerPID(t)
-	p := ceph.NewPool(ceph.PoolOptions{Timeouts: ceph.Timeouts{Connect: 5 * time.Second, Op: 2 * time.Second}})
-	defer p.Close()
-	c, err := p.GetForMgr(context.Background(), cl.Monitors, cl.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
 	cmd := func(ctx context.Context) error {
 		_, err := ceph.MgrCommand(ctx, c, map[string]any{"prefix": "pg stat"})
 		return err
@@ -74,18 +61,8 @@ func TestHungManagerCommandsAreCapped(t *testing.T) {
 	if err := cmd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(mgr, syscall.SIGCONT)
-		}
-	}
-	defer resume()
-	before := threads(t)
-	if err := syscall.Kill(mgr, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	before := cephtest.Threads(t)
+	resume := cephtest.Freeze(t, mgr)
 	const calls = 200
 	var wg sync.WaitGroup
 	var timeouts atomic.Int32
@@ -103,7 +80,7 @@ func TestHungManagerCommandsAreCapped(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	grew := threads(t) - before
+	grew := cephtest.Threads(t) - before
 	t.Logf("%d commands to a frozen manager: %d timed out in %v; threads %d → %d", calls, timeouts.Load(), took.Round(time.Millisecond), before, before+grew)
 	if took > 10*time.Second {
 		t.Errorf("the commands took %v, want their 2 s deadline", took)
@@ -130,29 +107,12 @@ func TestHungManagerCommandsAreCapped(t *testing.T) {
 // must return DEADLINE_EXCEEDED-class errors at the caller's deadline, and the manager's late
 // replies must not crash the process (Pacific's librados does, with rados_mon_op_timeout set).
 func TestHungManagerIsBoundedAndSurvived(t *testing.T) {
-	cl := cephtest.Env(t)
+	c := mgrConn(t)
 	mgr := managerPID(t)
-	p := ceph.NewPool(ceph.PoolOptions{Timeouts: ceph.Timeouts{Connect: 5 * time.Second, Op: 2 * time.Second}})
-	defer p.Close()
-	c, err := p.GetForMgr(context.Background(), cl.Monitors, cl.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Release()
 	// served by the manager itself, without a detour through CephFS
 	cmd := map[string]any{"prefix": "pg stat"}
 
-	if err := syscall.Kill(mgr, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(mgr, syscall.SIGCONT)
-		}
-	}
-	defer resume()
+	resume := cephtest.Freeze(t, mgr)
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		start := time.Now()

@@ -2,11 +2,7 @@ package node
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -15,26 +11,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// threads is the number of threads of this process.
-func threads(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no Threads line in /proc/self/status")
-	return 0
-}
 
 // TestFrozenDaemonDoesNotPileUpThreads freezes (SIGSTOP) the ceph-fuse daemon of a staged and
 // published volume: every stat, statfs or getxattr of its mount then waits in the kernel for
@@ -66,19 +42,8 @@ func TestFrozenDaemonDoesNotPileUpThreads(t *testing.T) {
 		}
 	}
 
-	pid := n.daemon(t, vol)
-	resumed := false
-	resume := func() {
-		if !resumed {
-			resumed = true
-			_ = syscall.Kill(pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume) // a failed test must not leave a stopped daemon behind
-	before := threads(t)
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	before := cephtest.Threads(t)
+	resume := cephtest.Freeze(t, n.daemon(t, vol))
 
 	const calls = 200
 	var wg sync.WaitGroup
@@ -114,7 +79,7 @@ func TestFrozenDaemonDoesNotPileUpThreads(t *testing.T) {
 	}
 	wg.Wait()
 	took := time.Since(start)
-	grew := threads(t) - before
+	grew := cephtest.Threads(t) - before
 	t.Logf("%d calls on a frozen mount: %v in %v; health %v; threads %d → %d",
 		calls, got, took.Round(time.Millisecond), health, before, before+grew)
 	if got[codes.Unavailable] != calls {
