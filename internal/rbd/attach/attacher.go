@@ -92,7 +92,8 @@ func (e *UnavailableError) Error() string {
 
 // Unhealthy says why an attachment no longer works.
 type Unhealthy struct {
-	// Reason is a CamelCase word for machines: NotMounted, DaemonGone, DeviceGone, Unknown.
+	// Reason is a CamelCase word for machines: NotMounted, DaemonGone, DeviceGone,
+	// Unresponsive (a daemon that is alive but does not answer), Unknown.
 	Reason string
 	Err    error
 }

@@ -313,12 +313,18 @@ func (f *Fuse) Check(ctx context.Context, a Attachment) error {
 		return unhealthy("NotMounted", "rbd-fuse is not mounted at %s", dir)
 	}
 	if _, err := hostmount.StatWithin(ctx, file); err != nil {
-		if errors.Is(err, syscall.ENOTCONN) {
+		switch {
+		case errors.Is(err, syscall.ENOTCONN):
 			return unhealthy("DaemonGone", "the rbd-fuse daemon of image %s is gone: %w", a.Image.Spec(), err)
+		case hostmount.Unresponsive(err):
+			return unhealthy("Unresponsive", "the rbd-fuse daemon of image %s does not answer: %w", a.Image.Spec(), err)
 		}
 		return unhealthy("Unknown", "rbd-fuse for image %s: %w", a.Image.Spec(), err)
 	}
 	if err := loopReads(ctx, a.Device, file); err != nil {
+		if hostmount.Unresponsive(err) {
+			return unhealthy("Unresponsive", "the rbd-fuse daemon of image %s does not answer: %w", a.Image.Spec(), err)
+		}
 		return unhealthy("DeviceGone", "loop device %s: %w", a.Device, err)
 	}
 	return nil
