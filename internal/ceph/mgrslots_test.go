@@ -88,3 +88,20 @@ func TestMgrCommandSlots(t *testing.T) {
 		t.Fatalf("manager command on a general connection: %v, want ErrInvalid", err)
 	}
 }
+
+// TestMgrSlotFreeBeforeAnswering: a manager command that ends while its caller waits has given
+// its slot back by the time the caller has the answer, so the caller's next command on a
+// connection of one slot never waits for its own previous one.
+func TestMgrSlotFreeBeforeAnswering(t *testing.T) {
+	p := NewPool(PoolOptions{MaxMgrCommands: 1})
+	t.Cleanup(p.Close)
+	c := connFor(p, mgrCommands)
+	for i := range 20000 {
+		if _, err := callMgr(context.Background(), c, "noop", func(*rados.Conn) (int, error) { return i, nil }); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(c.e.mgrSlots); n != 0 {
+			t.Fatalf("command %d returned while still holding its slot", i)
+		}
+	}
+}
