@@ -9,7 +9,8 @@ export GOFLAGS := -tags=$(CEPH_RELEASE) -buildvcs=false
 export CGO_ENABLED := 1
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
-LDFLAGS := -X github.com/monoceph/monoceph/internal/version.version=$(VERSION)
+# EXTRA_LDFLAGS: e.g. "-s -w" (the image's build strips symbol tables; stack traces keep names)
+LDFLAGS := -X github.com/monoceph/monoceph/internal/version.version=$(VERSION) $(EXTRA_LDFLAGS)
 BIN := bin
 TOOLS := scripts/tools
 CEPH_ENV := scripts/ceph-local.sh start >/dev/null && eval "$$(scripts/ceph-local.sh env)"
@@ -25,7 +26,8 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BI
 	MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
-.PHONY: all build test unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e faults
+.PHONY: all build test unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e faults \
+	image image-base image-save
 
 all: build
 
@@ -176,6 +178,26 @@ e2e: build e2e-tools
 	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \
 	  go test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/kube/ 2>&1 | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
+
+# The container image (Dockerfile) built with buildah from base images made here, no registry
+# needed (scripts/image.sh; the Debian base comes from scripts/rootfs.sh, cached in
+# /var/cache/monoceph/rootfs). IMAGE_SUITE is the Debian release of the image: trixie has Ceph
+# 18.2.7 (Reef). IMAGE is the chart's default image; its tag is the chart's appVersion.
+# IMAGE_BUILD_ARGS adds arguments to buildah bud.
+IMAGE_SUITE ?= trixie
+IMAGE_TAG := $(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/monoceph/Chart.yaml)
+IMAGE ?= quay.io/monoceph/monoceph:$(IMAGE_TAG)
+IMAGE_ENV := IMAGE=$(IMAGE) IMAGE_SUITE=$(IMAGE_SUITE) VERSION=$(VERSION)
+
+image-base:
+	$(IMAGE_ENV) scripts/image.sh base
+
+image:
+	$(IMAGE_ENV) scripts/image.sh build
+
+# An OCI archive of the image, to copy into a registry with skopeo (README, Container image).
+image-save: image
+	$(IMAGE_ENV) scripts/image.sh save $(BIN)/monoceph-$(IMAGE_TAG).oci.tar
 
 # Install packages, start the local cluster, run the driver in all-in-one mode and show it working.
 run: deps build $(BIN)/grpcurl

@@ -16,6 +16,10 @@ PACKAGES=(
   e2fsprogs xfsprogs util-linux mount fuse3
   # scripts: ss, process checks, certificates, HTTP checks
   iproute2 procps python3 ca-certificates openssl curl
+  # container image (make image, make e2e): debootstrap makes the Debian base root filesystem,
+  # buildah builds the Dockerfile, podman runs the e2e's driver containers, skopeo checks the
+  # OCI archive of make image-save; runc as podman's runtime (crun fails on hybrid cgroup hosts)
+  debootstrap buildah podman skopeo runc
 )
 
 missing=()
