@@ -25,7 +25,8 @@ import (
 // Observed with rbd-fuse 16.2 (Pacific), and relied on here:
 //   - it parses Ceph's own options (-c, -m, --id, --keyfile, --client_mount_timeout) before
 //     its own, which take "--poolname=P" (the form with a blank is taken as the mount point)
-//     and "--namespace=N" (its short form -s clashes with FUSE's -s);
+//     and "--namespace=N" (its short form -s clashes with FUSE's -s); see poolArgs for the
+//     releases that crash on those two;
 //   - it authenticates (fetching the monitors' config) before it forks, so a wrong key fails
 //     the command itself; but it opens its cluster connection, reading the key file again,
 //     only when the kernel first talks to the mount, after the command returned. Attach waits
@@ -173,10 +174,9 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment, file string
 	defer removeKey()
 	// no admin socket or log file: a second daemon of the same Ceph user would fail to bind the
 	// same socket path, and nothing would rotate the logs
-	args = append(args, "--admin_socket=", "--log_file=", "--poolname="+req.Image.Pool)
-	if req.Image.Namespace != "" {
-		args = append(args, "--namespace="+req.Image.Namespace)
-	}
+	args = append(args, "--admin_socket=", "--log_file=")
+	pool := poolArgs(req.Image)
+	args = append(args, pool...)
 	// attr_timeout=0: see the type comment (sizes); entry/negative: an image created or
 	// removed meanwhile is seen at once
 	opts := "attr_timeout=0,entry_timeout=0,negative_timeout=0"
@@ -185,6 +185,10 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment, file string
 	}
 	args = append(args, "-r", req.Image.Name, "-o", opts, a.FuseDir)
 	if _, err := f.x.Run(ctx, "rbd-fuse", args...); err != nil {
+		if len(pool) > 0 && segfault(err) {
+			return fmt.Errorf("%w (rbd-fuse 18.2 and 20.2 as Debian 13 and forky ship them crash when given a pool or namespace; "+
+				"only images of pool %s outside namespaces work with this mounter there)", err, defaultFusePool)
+		}
 		return err
 	}
 	// bounded: the daemon's connection gives up after ConnectTimeout, but opening the image
@@ -206,6 +210,34 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment, file string
 		return fmt.Errorf("rbd-fuse for %s exited after mounting (missing pool or namespace, or the cluster refused the connection): %w", req.Image.Spec(), err)
 	}
 	return fmt.Errorf("rbd-fuse for %s does not answer: %w", req.Image.Spec(), err)
+}
+
+// defaultFusePool is the pool rbd-fuse serves when not told another.
+const defaultFusePool = "rbd"
+
+// poolArgs names the image's pool and namespace to rbd-fuse, leaving out its defaults (pool
+// rbd, no namespace). rbd-fuse 18.2.7 (Debian 13) and 20.2.4 (Debian forky) die of SIGSEGV in
+// fuse_opt_parse whenever --poolname or --namespace is given, whatever the value (16.2 on
+// Debian 12 does not): there, this mounter works for images of pool rbd outside namespaces.
+func poolArgs(img Image) []string {
+	var args []string
+	if img.Pool != defaultFusePool {
+		args = append(args, "--poolname="+img.Pool)
+	}
+	if img.Namespace != "" {
+		args = append(args, "--namespace="+img.Namespace)
+	}
+	return args
+}
+
+// segfault reports whether err is a command killed by SIGSEGV.
+func segfault(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGSEGV
 }
 
 // unmount unmounts a FUSE mount point. A mount whose daemon is gone and that a stale loop

@@ -98,8 +98,11 @@ func TestFuseAttach(t *testing.T) {
 	got := rec.calls[0]
 	kf := argAfter(got, "--keyfile")
 	want := []string{"rbd-fuse", "-c", filepath.Join(work, "ceph.conf"), "-m", cl.Monitors, "--id", cl.Admin.ID, "--keyfile", kf,
-		"--client_mount_timeout=20", "--admin_socket=", "--log_file=", "--poolname=" + cl.RBDPool,
-		"-r", name, "-o", "attr_timeout=0,entry_timeout=0,negative_timeout=0", fuse}
+		"--client_mount_timeout=20", "--admin_socket=", "--log_file="}
+	if cl.RBDPool != "rbd" { // rbd-fuse's default pool is not named
+		want = append(want, "--poolname="+cl.RBDPool)
+	}
+	want = append(want, "-r", name, "-o", "attr_timeout=0,entry_timeout=0,negative_timeout=0", fuse)
 	if !slices.Equal(got, want) {
 		t.Fatalf("rbd-fuse command line\n got %q\nwant %q", got, want)
 	}

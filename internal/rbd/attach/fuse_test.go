@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
 // TestFuseImageFileStaysInMountPoint: an image name from a volume context or a staging record
@@ -41,5 +45,32 @@ func TestFuseImageFileStaysInMountPoint(t *testing.T) {
 	}
 	if _, err := imageFile(Attachment{Image: Image{Name: "csi-vol-abcdefghijklmnop"}, WorkDir: "/run/w"}); err != nil {
 		t.Fatalf("a plain image name: %v", err)
+	}
+}
+
+func TestFusePoolArgs(t *testing.T) {
+	for _, c := range []struct {
+		img  Image
+		want []string
+	}{
+		// rbd-fuse's defaults are never spelt out: some releases crash on the options
+		{Image{Pool: "rbd", Name: "i"}, nil},
+		{Image{Pool: "fast", Name: "i"}, []string{"--poolname=fast"}},
+		{Image{Pool: "rbd", Namespace: "ns", Name: "i"}, []string{"--namespace=ns"}},
+		{Image{Pool: "fast", Namespace: "ns", Name: "i"}, []string{"--poolname=fast", "--namespace=ns"}},
+	} {
+		if got := poolArgs(c.img); !slices.Equal(got, c.want) {
+			t.Errorf("poolArgs(%+v) = %q, want %q", c.img, got, c.want)
+		}
+	}
+}
+
+func TestSegfault(t *testing.T) {
+	x := hostexec.New(10 * time.Second)
+	for script, want := range map[string]bool{"kill -SEGV $$": true, "kill -TERM $$": false, "exit 139": false, "true": false} {
+		_, err := x.Run(context.Background(), "sh", "-c", script)
+		if got := segfault(err); got != want {
+			t.Errorf("%s: segfault(%v) = %v, want %v", script, err, got, want)
+		}
 	}
 }
