@@ -11,8 +11,11 @@ import (
 	"testing"
 
 	"github.com/monoceph/monoceph/internal/kubetest"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
@@ -124,6 +127,12 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "storage"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Pod Security admission judges pods, not the templates of Deployments: the controllers'
+	// pod templates are created as Pods here
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "restricted",
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	res := newResources(kc.Discovery(), dyn)
 	for _, c := range []struct {
 		name   string
@@ -136,7 +145,8 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 			"controller.hostNetwork=true", "cluster.cephFS.subvolumeGroup=k8s", "rbd.storageClass.mountOptions={discard}",
 			"controller.resources.requests.cpu=100m", "node.nodeSelector.storage=yes"}},
 		{"rbd only, existing secrets", []string{"rbd.enabled=true", "cephfs.enabled=false", "cephUser.existingSecret=ceph-user",
-			"cephUser.key=", "rbd.snapshotMetadata.enabled=true", "rbd.snapshotMetadata.tls.existingSecret=cbt-tls", "controller.leaderElection.enabled=false", "controller.replicas=1"}},
+			"cephUser.key=", "rbd.snapshotMetadata.enabled=true", "rbd.snapshotMetadata.tls.existingSecret=cbt-tls", "controller.leaderElection.enabled=false", "controller.replicas=1",
+			"rbd.csiAddons.enabled=true"}},
 		{"cephfs only", []string{"rbd.enabled=false", "cephfs.storageClass.create=true", "cephfs.storageClass.fsName=fs",
 			"cephfs.storageClass.backingSnapshot=false"}},
 	} {
@@ -171,11 +181,28 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 					t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
 				}
 				n++
+				if hostNet, _, _ := unstructured.NestedBool(o.Object, "spec", "template", "spec", "hostNetwork"); o.GetKind() == "Deployment" && !hostNet {
+					checkRestricted(t, kc, o)
+				}
 			}
 			if n < 10 {
 				t.Fatalf("only %d objects rendered:\n%s", n, out)
 			}
 			t.Logf("%d objects valid", n)
 		})
+	}
+}
+
+// checkRestricted creates the pod template of a Deployment as a Pod (dry run) in a namespace
+// that enforces the "restricted" Pod Security level: the controllers need no privilege at all.
+func checkRestricted(t *testing.T, kc kubernetes.Interface, deploy *unstructured.Unstructured) {
+	t.Helper()
+	var d appsv1.Deployment
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Labels: d.Spec.Template.Labels}, Spec: d.Spec.Template.Spec}
+	if _, err := kc.CoreV1().Pods("restricted").Create(context.Background(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("Deployment %s: its pods are refused where Pod Security enforces restricted: %v", d.Name, err)
 	}
 }
