@@ -169,11 +169,11 @@ bench:
 	@$(CEPH_ENV) && MONOCEPH_INTEGRATION=1 go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
 # End-to-end: the Helm chart on a real kube-apiserver, kube-controller-manager and etcd (no
-# kubelet: the test binds the chart's pods and runs their containers as local processes with
-# the real sidecars), against the local Ceph cluster. Also lints the chart and validates its
-# objects with server-side dry runs.
+# kubelet: the test binds the chart's pods and runs monoceph's containers with podman from the
+# image built here, the real sidecars as local processes), against the local Ceph cluster.
+# Also lints the chart and validates its objects with server-side dry runs.
 E2E_TIMEOUT ?= 20m
-e2e: build e2e-tools
+e2e: build e2e-tools image
 	@$(CEPH_ENV) && export MONOCEPH_INTEGRATION=1 MONOCEPH_E2E=1 MONOCEPH_E2E_BIN=$(CURDIR)/$(BIN) \
 	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \

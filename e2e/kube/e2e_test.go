@@ -1,8 +1,9 @@
 // Package kube is the end-to-end test of the Helm chart on a real Kubernetes control plane
 // (etcd, kube-apiserver, kube-controller-manager) and the local Ceph cluster: the chart is
-// installed with the README's commands, its pods run as local processes with the real
-// kubernetes-csi sidecars and csi-addons, and a user's PVCs, snapshots, expansions, network
-// fences and a backup application's changed-block listing go through them to Ceph.
+// installed with the README's commands, monoceph's containers run with podman from the image
+// make built, the real kubernetes-csi sidecars and csi-addons as local processes, and a user's
+// PVCs, snapshots, expansions, network fences and a backup application's changed-block
+// listing go through them to Ceph.
 package kube
 
 import (

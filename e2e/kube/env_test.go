@@ -43,6 +43,9 @@ type env struct {
 	runner  *podRunner
 	adminKC string // admin kubeconfig file
 	ports   map[string]int
+	// the kubelet's root directory, below the runner's root: the chart's kubeletDir, so the
+	// node plugin's container sees the staging and target paths at the same path
+	kubeletDir string
 }
 
 // binaries the e2e test runs; make e2e builds them all into MONOCEPH_E2E_BIN.
@@ -87,9 +90,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	removeStale(t)
+	e.kubeletDir = filepath.Join(root, "host", "var/lib/kubelet")
 	e.runner = &podRunner{t: t, cp: e.cp, kc: e.kc, node: nodeName, root: root,
+		podman: map[string]bool{"monoceph": true},
 		images: map[string]string{
-			"monoceph":        filepath.Join(bin, "monoceph"),
 			"csi-provisioner": filepath.Join(bin, "csi-provisioner"),
 			"csi-snapshotter": filepath.Join(bin, "csi-snapshotter"),
 			"csi-resizer":     filepath.Join(bin, "csi-resizer"),
@@ -109,6 +114,7 @@ func newEnv(t *testing.T) *env {
 		unmountBelow(t, root)
 		os.RemoveAll(root)
 	})
+	makeShared(t, root)
 	return e
 }
 

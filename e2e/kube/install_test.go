@@ -21,13 +21,14 @@ import (
 	"github.com/monoceph/monoceph/internal/kubetest"
 )
 
-// localValues adapts the README's install to pods that run as local processes on one
-// network namespace: one controller replica each, a port of its own for every listener, FUSE
-// mounters (this kernel has no rbd or ceph module), and the changed block service reached at
-// 127.0.0.1 with that address in its generated certificate.
+// localValues adapts the README's install to pods that run on one host network namespace:
+// one controller replica each, a port of its own for every listener, FUSE mounters (this kernel
+// has no rbd or ceph module), the changed block service reached at 127.0.0.1 with that address
+// in its generated certificate, and the kubelet directory of this test's node.
 func (e *env) localValues() string {
 	p := e.ports
-	v := fmt.Sprintf(`controller:
+	v := fmt.Sprintf(`kubeletDir: %s
+controller:
   replicas: 1
 rbd:
   controllerMetricsPort: %d
@@ -45,10 +46,10 @@ cephfs:
   sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
-`, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"],
+`, e.kubeletDir, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"],
 		p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
 		p["fsControllerMetrics"], p["fsNodeMetrics"], p["fsProvisioner"], p["fsSnapshotter"], p["fsResizer"], p["fsCSIAddons"])
-	f := filepath.Join(e.t.TempDir(), "local-processes.yaml")
+	f := filepath.Join(e.t.TempDir(), "local-node.yaml")
 	if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
@@ -164,14 +165,11 @@ func (e *env) startPods() {
 		var sock string
 		if strings.HasSuffix(c, "-node") {
 			driver := map[string]string{"rbd-node": rbdDriver, "cephfs-node": fsDriver}[c]
-			sock = filepath.Join(e.runner.root, "host", "var/lib/kubelet/plugins", driver, "csi.sock")
+			sock = filepath.Join(e.kubeletDir, "plugins", driver, "csi.sock")
 		} else {
 			sock = filepath.Join(e.runner.root, "pods", p.Name, "volumes", "socket-dir", "csi.sock")
 		}
-		e.waitFor(30*time.Second, c+" socket", func() (bool, string) {
-			_, err := os.Stat(sock)
-			return err == nil, fmt.Sprint(err)
-		})
+		e.runner.socketReady(e.t, p.Name, sock, 30*time.Second)
 		e.checkProbes(&p)
 	}
 }

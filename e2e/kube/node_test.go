@@ -33,7 +33,7 @@ func (e *env) mountPV(pv *corev1.PersistentVolume, readOnly bool) *mounted {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	src := pv.Spec.CSI
-	kubelet := filepath.Join(e.runner.root, "host", "var/lib/kubelet")
+	kubelet := e.kubeletDir
 	conn, err := grpc.NewClient("unix://"+filepath.Join(kubelet, "plugins", src.Driver, "csi.sock"),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -20,19 +20,21 @@ import (
 )
 
 // podRunner stands in for the scheduler and the kubelet of a one-node cluster: it binds pods
-// the controllers created from the chart to the node, and runs their containers as local
-// processes with the pods' real arguments, environment and service account. Container images
-// map to binaries built by make; volume mount paths in arguments map to local directories.
-// Processes get the pod's service account the way a pod does (in-cluster configuration: the
-// token files at the well-known path, in a private mount namespace), so the chart's RBAC is
-// what they run with.
+// the controllers created from the chart to the node, and runs their containers with the
+// pods' real arguments, environment and service account. monoceph's containers run with
+// podman from the image make built (podman_test.go); the sidecars' images map to binaries built
+// by make, run as local processes whose volume mount paths in arguments map to local
+// directories and which get the pod's service account the way a pod does (in-cluster
+// configuration: the token files at the well-known path, in a private mount namespace). Either
+// way the chart's RBAC is what they run with.
 type podRunner struct {
 	t      *testing.T
 	cp     *kubetest.ControlPlane
 	kc     kubernetes.Interface
 	node   string
 	root   string            // stands for the host's filesystem for hostPath volumes
-	images map[string]string // image name (last path element, no tag) → binary
+	podman map[string]bool   // image names (last path element, no tag) run as containers
+	images map[string]string // image name → binary run as a local process
 	skip   map[string]string // image name → why it cannot run here
 
 	mu    sync.Mutex
@@ -42,7 +44,10 @@ type podRunner struct {
 // process is a container's process, and the pod it belongs to ("" for cluster components).
 type process struct {
 	*kubetest.Process
-	pod string
+	pod       string
+	container string // podman's name for it, when the process is `podman run`
+	uid       int64  // the user the container runs as
+	started   time.Time
 }
 
 // hostPaths are shared with the real host: device nodes, sysfs and kernel modules.
@@ -85,11 +90,15 @@ func (r *podRunner) run(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 			t.Logf("pod %s: container %s not run: %s", pod.Name, c.Name, why)
 			continue
 		}
+		if r.podman[image] {
+			r.startContainer(t, pod, c, r.env(t, pod, c, r.kubeEnv()), volumes, saDir)
+			continue
+		}
 		bin, ok := r.images[image]
 		if !ok {
 			t.Fatalf("pod %s: container %s: no local binary for image %s", pod.Name, c.Name, c.Image)
 		}
-		env := r.env(t, pod, c)
+		env := r.env(t, pod, c, r.clusterEnv())
 		args := make([]string, len(c.Args))
 		for i, a := range c.Args {
 			args[i] = rewritePaths(expand(a, env), c.VolumeMounts, volumes)
@@ -98,17 +107,26 @@ func (r *podRunner) run(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-// volume prepares a local directory for one pod volume.
+// volume prepares a local directory for one pod volume, with the modes the kubelet gives
+// them: emptyDir 0777, ConfigMap and Secret files 0644 (readable by a non-root container).
 func (r *podRunner) volume(t *testing.T, ctx context.Context, pod *corev1.Pod, podDir string, v corev1.Volume) string {
 	dir := filepath.Join(podDir, "volumes", v.Name)
 	files := map[string][]byte{}
+	mode := os.FileMode(0o755)
 	switch {
 	case v.EmptyDir != nil:
+		mode = 0o777
 	case v.HostPath != nil:
-		if hostPaths[v.HostPath.Path] {
+		if _, err := os.Stat(v.HostPath.Path); err == nil && hostPaths[v.HostPath.Path] {
 			return v.HostPath.Path
 		}
-		dir = filepath.Join(r.root, "host", v.HostPath.Path)
+		// one this host lacks (/lib/modules in a VM without modules) is an empty directory,
+		// as the container runtime would create it
+		// paths the test configured below its root (the kubelet directory) are the host's
+		dir = v.HostPath.Path
+		if !strings.HasPrefix(dir, r.root+"/") {
+			dir = filepath.Join(r.root, "host", v.HostPath.Path)
+		}
 	case v.ConfigMap != nil:
 		cm, err := r.kc.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
 		if err != nil {
@@ -126,11 +144,14 @@ func (r *podRunner) volume(t *testing.T, ctx context.Context, pod *corev1.Pod, p
 	default:
 		t.Fatalf("pod %s volume %s: unsupported volume type", pod.Name, v.Name)
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil { // past the umask
 		t.Fatal(err)
 	}
 	for k, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, k), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, k), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,30 +175,39 @@ func (r *podRunner) serviceAccount(t *testing.T, ctx context.Context, pod *corev
 }
 
 // serviceAccountFiles writes what in-cluster clients read at the service account path (token,
-// the cluster's CA, the namespace) into dir and returns it, for start's saDir.
+// the cluster's CA, the namespace) into dir and returns it, for start's saDir. The files are
+// 0644, as the kubelet's projected volume makes them, so a non-root container reads them (the
+// test's root directory keeps them from other users).
 func (r *podRunner) serviceAccountFiles(t *testing.T, dir, token, namespace string) string {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	for name, b := range map[string][]byte{"token": []byte(token), "ca.crt": r.cp.CA.CertPEM, "namespace": []byte(namespace)} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return dir
 }
 
-// clusterEnv is the environment every process starts from: the test's PATH and HOME, and the
-// variables in-cluster clients find the API server by.
+// kubeEnv holds the variables in-cluster clients find the API server by, which the kubelet
+// gives every container.
+func (r *podRunner) kubeEnv() map[string]string {
+	return map[string]string{"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": fmt.Sprint(r.cp.Port)}
+}
+
+// clusterEnv is the environment every local process starts from: kubeEnv, and the test's PATH
+// and HOME (a container has its image's).
 func (r *podRunner) clusterEnv() map[string]string {
-	return map[string]string{"PATH": os.Getenv("PATH"), "HOME": os.Getenv("HOME"),
-		"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": fmt.Sprint(r.cp.Port)}
+	env := r.kubeEnv()
+	env["PATH"], env["HOME"] = os.Getenv("PATH"), os.Getenv("HOME")
+	return env
 }
 
 // env resolves a container's environment the way the kubelet does for the fields the chart
-// uses, on top of clusterEnv.
-func (r *podRunner) env(t *testing.T, pod *corev1.Pod, c corev1.Container) map[string]string {
-	env := r.clusterEnv()
+// uses, on top of base.
+func (r *podRunner) env(t *testing.T, pod *corev1.Pod, c corev1.Container, base map[string]string) map[string]string {
+	env := base
 	for _, e := range c.Env {
 		switch {
 		case e.ValueFrom == nil:
@@ -200,8 +230,8 @@ func (r *podRunner) env(t *testing.T, pod *corev1.Pod, c corev1.Container) map[s
 }
 
 // start runs one container's binary; with saDir it runs in a private mount namespace where
-// saDir is bind-mounted at the in-cluster service account path.
-func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, env map[string]string, saDir string) {
+// saDir is bind-mounted at the in-cluster service account path. A nil env is the test's own.
+func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, env map[string]string, saDir string) *process {
 	logPath := filepath.Join(r.root, "logs", strings.ReplaceAll(name, "/", "_")+".log")
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o750); err != nil {
 		t.Fatal(err)
@@ -219,16 +249,25 @@ func (r *podRunner) start(t *testing.T, pod, name, bin string, args []string, en
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &process{Process: kubetest.StartProcess(t, name, logPath, cmd), pod: pod}
+	p := &process{Process: kubetest.StartProcess(t, name, logPath, cmd), pod: pod, started: time.Now()}
 	r.mu.Lock()
 	r.procs = append(r.procs, p)
 	r.mu.Unlock()
 	// the processes live as long as the whole test, not the step that started them
-	r.t.Cleanup(p.stop)
+	r.t.Cleanup(func() { p.stop(r.t) })
+	return p
 }
 
-// stop ends a container as the kubelet does, with a grace period.
-func (p *process) stop() { p.Stop(10 * time.Second) }
+// stop ends a container as the kubelet does, with a grace period (podman run passes the
+// SIGTERM on to the container, and removes it once it ended).
+func (p *process) stop(t *testing.T) {
+	p.Stop(10 * time.Second)
+	if p.container != "" {
+		if err := removeContainer(p.container); err != nil {
+			t.Error(err)
+		}
+	}
+}
 
 // stopPod stops the containers of one pod (the kubelet's part of a pod deletion).
 func (r *podRunner) stopPod(name string) {
@@ -245,7 +284,7 @@ func (r *podRunner) stopPod(name string) {
 	r.procs = kept
 	r.mu.Unlock()
 	for _, p := range procs {
-		p.stop()
+		p.stop(r.t)
 	}
 }
 
