@@ -23,10 +23,11 @@ RUN apt-get update \
 COPY --from=go /usr/local/go /usr/local/go
 ENV PATH=/usr/local/go/bin:$PATH CGO_ENABLED=1
 WORKDIR /src
-# Module downloads honour these when given (make image points them at the host's module
-# cache and CA bundle); unset, Go's defaults apply.
+# Module downloads and the build honour these when given (make image points them at the
+# host's module cache, CA bundle and build cache); unset, Go's defaults apply.
 ARG GOPROXY
 ARG SSL_CERT_FILE
+ARG GOCACHE
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .

@@ -112,22 +112,25 @@ EOF
 }
 
 build() {
-  local modcache ca status out
+  local modcache gocache ca status out
   base
-  modcache=$(go env GOMODCACHE)/cache/download
-  mkdir -p "$modcache"
+  modcache=$(go env GOMODCACHE)/cache/download gocache=$(go env GOCACHE)
+  mkdir -p "$modcache" "$gocache"
   ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
   out=$(mktemp)
   trap 'rm -f "$out"' RETURN
   log "building $image ($suite, go$go_version)"
   # Module downloads come from the host's module cache first (offline when it has them),
-  # then from GOPROXY with the host's CA bundle (this network may intercept TLS).
+  # then from GOPROXY with the host's CA bundle (this network may intercept TLS). The build
+  # shares the host's Go build cache: packages without cgo compile once for both (the cgo ones
+  # differ by C compiler, which is part of their cache key).
   # shellcheck disable=SC2086 # IMAGE_BUILD_ARGS is a list of arguments
   buildah bud --layers --pull-never --isolation chroot --network host \
     --build-arg DEBIAN_IMAGE="$debian_image" --build-arg GO_IMAGE="$go_image" \
     --build-arg VERSION="${VERSION:-devel}" \
     --build-arg GOPROXY="file:///run/host-goproxy,$(go env GOPROXY)" --build-arg SSL_CERT_FILE=/run/host-ca.crt \
     -v "$modcache:/run/host-goproxy:ro" -v "$ca:/run/host-ca.crt:ro" \
+    --build-arg GOCACHE=/run/host-gocache -v "$gocache:/run/host-gocache" \
     ${IMAGE_BUILD_ARGS:-} -t "$image" . 2>&1 | tee "$out" >&2 && status=0 || status=$?
   if ((status != 0)); then
     grep -qiE 'image not known|pull policy is .?never|does not exist in local storage' "$out" && missing_base
