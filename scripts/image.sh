@@ -100,15 +100,26 @@ base() {
   fi
 }
 
-# missing_base explains a build that failed because a FROM image is not here.
+# missing_base explains a build that failed because a FROM image (named in buildah's output
+# $1) is not here.
 missing_base() {
-  cat >&2 <<EOF
-image: a base image the Dockerfile names is not in local storage, and nothing is pulled here.
-  Debian images are made from the archive:    make image-base IMAGE_SUITE=<suite>
-                                              (or scripts/image.sh base, with IMAGE_SUITE set)
-  Go comes from the host's toolchain (go$go_version): $go_image
-  A --build-arg DEBIAN_IMAGE/GO_IMAGE must name one of those.
-EOF
+  local name
+  name=$(grep -oE '[^ ]+: image not known' "$1" | head -1 | sed 's/: image not known$//')
+  log "base image ${name:-of the Dockerfile} is not in local storage, and nothing is pulled here:"
+  case $name in
+  docker.io/library/debian:*-slim)
+    name=${name#docker.io/library/debian:}
+    log "  make it from the Debian archive with: make image-base IMAGE_SUITE=${name%-slim}"
+    ;;
+  docker.io/library/golang:*)
+    log "  Go images are the host's toolchain (go$go_version): make image-base IMAGE_SUITE=<suite>"
+    log "  imports docker.io/library/golang:$go_version-<suite>; other Go versions cannot be made here"
+    ;;
+  *)
+    log "  DEBIAN_IMAGE must be docker.io/library/debian:<suite>-slim (make image-base IMAGE_SUITE=<suite>)"
+    log "  and GO_IMAGE docker.io/library/golang:$go_version-<suite>"
+    ;;
+  esac
 }
 
 build() {
@@ -133,7 +144,7 @@ build() {
     --build-arg GOCACHE=/run/host-gocache -v "$gocache:/run/host-gocache" \
     ${IMAGE_BUILD_ARGS:-} -t "$image" . 2>&1 | tee "$out" >&2 && status=0 || status=$?
   if ((status != 0)); then
-    grep -qiE 'image not known|pull policy is .?never|does not exist in local storage' "$out" && missing_base
+    grep -qiE 'image not known|pull policy is .?never|does not exist in local storage' "$out" && missing_base "$out"
     die "buildah bud failed (exit $status)"
   fi
   # the binary starts, and every library it links resolves (to the suite's Ceph packages)
