@@ -15,6 +15,8 @@ FROM ${GO_IMAGE} AS go
 # The binary is compiled against the very librados, librbd and libcephfs the runtime stage
 # ships: same base, same Debian packages.
 FROM ${DEBIAN_IMAGE} AS build
+# apt honours an extra configuration file when given (make image bounds and retries it)
+ARG APT_CONFIG
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       gcc libc6-dev make \
@@ -39,6 +41,7 @@ RUN --mount=type=cache,target=/root/.cache/go-build \
  && echo "built monoceph $VERSION with go-ceph tag '$release' against Ceph $(dpkg-query -W -f '${Version}' librados-dev)"
 
 FROM ${DEBIAN_IMAGE}
+ARG APT_CONFIG
 # ceph-common is here for `rbd` (and the compressor and crypto plugins librados loads): its
 # other tools, 45 MB of them, stay out.
 RUN printf 'path-exclude %s\n' /usr/bin/radosgw-admin '/usr/bin/cephfs-*' /usr/bin/ceph-syn \

@@ -123,35 +123,40 @@ missing_base() {
 }
 
 build() {
-  local modcache gocache ca status out
+  local modcache gocache host status out
   base
   modcache=$(go env GOMODCACHE)/cache/download gocache=$(go env GOCACHE)
   mkdir -p "$modcache" "$gocache"
-  ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
-  out=$(mktemp)
-  trap 'rm -f "$out"' RETURN
+  out=$(mktemp) host=$(mktemp -d)
+  trap 'rm -rf "$out" "$host"' RETURN
+  # What the RUN steps get from the host lives under /mnt, a directory every Debian image has:
+  # buildah 1.28 leaves the mount points of -v volumes in the image, and these are created in
+  # $host instead. apt is bounded and retried and, like scripts/rootfs.sh, accepts Release
+  # files past their Valid-Until (the mirror here is a frozen archive). Go modules come from
+  # the host's module cache first (offline when it has them), then from GOPROXY with the host's
+  # CA bundle (this network may intercept TLS). The host's Go build cache is shared: packages
+  # without cgo compile once for both (the cgo ones differ by C compiler, part of their key).
+  printf '%s\n' 'Acquire::Retries "3";' 'Acquire::http::Timeout "30";' 'Acquire::Check-Valid-Until "false";' >"$host/apt.conf"
   log "building $image ($suite, go$go_version)"
-  # Module downloads come from the host's module cache first (offline when it has them),
-  # then from GOPROXY with the host's CA bundle (this network may intercept TLS). The build
-  # shares the host's Go build cache: packages without cgo compile once for both (the cgo ones
-  # differ by C compiler, which is part of their cache key).
   # shellcheck disable=SC2086 # IMAGE_BUILD_ARGS is a list of arguments
   buildah bud --layers --pull-never --isolation chroot --network host \
     --build-arg DEBIAN_IMAGE="$debian_image" --build-arg GO_IMAGE="$go_image" \
-    --build-arg VERSION="${VERSION:-devel}" \
-    --build-arg GOPROXY="file:///run/host-goproxy,$(go env GOPROXY)" --build-arg SSL_CERT_FILE=/run/host-ca.crt \
-    -v "$modcache:/run/host-goproxy:ro" -v "$ca:/run/host-ca.crt:ro" \
-    --build-arg GOCACHE=/run/host-gocache -v "$gocache:/run/host-gocache" \
+    --build-arg VERSION="${VERSION:-devel}" -v "$host:/mnt" \
+    --build-arg APT_CONFIG=/mnt/apt.conf \
+    --build-arg GOPROXY="file:///mnt/goproxy,$(go env GOPROXY)" -v "$modcache:/mnt/goproxy:ro" \
+    --build-arg SSL_CERT_FILE=/mnt/ca.crt -v "${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}:/mnt/ca.crt:ro" \
+    --build-arg GOCACHE=/mnt/gocache -v "$gocache:/mnt/gocache" \
     ${IMAGE_BUILD_ARGS:-} -t "$image" . 2>&1 | tee "$out" >&2 && status=0 || status=$?
   if ((status != 0)); then
     grep -qiE 'image not known|pull policy is .?never|does not exist in local storage' "$out" && missing_base "$out"
     die "buildah bud failed (exit $status)"
   fi
-  # the binary starts, and every library it links resolves (to the suite's Ceph packages)
+  # the binary starts, every library it links resolves (to the suite's Ceph packages), and
+  # nothing of the build's mounts is left in the image
   podman run --rm --network host --entrypoint sh "$image" -c \
     'set -e; /usr/local/bin/monoceph --version; ! ldd /usr/local/bin/monoceph | grep "not found"
-     dpkg-query -W -f "\${Package} \${Version}\n" librados2 librbd1' >&2 ||
-    die "$image: monoceph does not start or lacks a library"
+     dpkg-query -W -f "\${Package} \${Version}\n" librados2 librbd1; test -z "$(ls -A /mnt)"' >&2 ||
+    die "$image: monoceph does not start, lacks a library, or the image holds build mounts"
 }
 
 save() {
