@@ -107,6 +107,7 @@ Dir::State::Status "$d/status";
 Dir::Cache "$d";
 Dir::Cache::archives "$d/archives";
 APT::Architecture "$(dpkg --print-architecture)";
+Acquire::Languages "none";
 EOF
   export APT_CONFIG=$d/apt.conf
   timeout "$limit" apt-get "${APT_OPTS[@]}" -qq update >&2 || die "apt-get update for $suite from $mirror failed (is '$suite' a suite there?)"
