@@ -6,8 +6,11 @@
 //
 //	RBD volume       rv1:<clusterID>:<poolID>:<radosNamespace>:<image UID>
 //	RBD snapshot     rs1:<clusterID>:<poolID>:<radosNamespace>:<image UID>:<snapshot UID>
+//	RBD group member rm1:<clusterID>:<poolID>:<radosNamespace>:<image UID>:<group snapshot UID>
+//	RBD group snap   rg1:<clusterID>:<poolID>:<radosNamespace>:<group snapshot UID>
 //	CephFS volume    fv1:<clusterID>:<fscid>:<subvolume UID>
 //	CephFS snapshot  fs1:<clusterID>:<fscid>:<subvolume UID>:<snapshot UID>
+//	CephFS group     fg1:<clusterID>:<fscid>:<group snapshot UID>
 //
 // A string that does not decode is reported as ErrMalformed: by the CSI spec such an ID names a
 // volume that does not exist.
@@ -90,6 +93,10 @@ type RBDVolume struct {
 type RBDSnapshot struct {
 	RBDVolume
 	SnapUID string
+	// Member marks the member of a group snapshot (an rm1 ID): SnapUID is then the group
+	// snapshot's UID, and the RBD snapshot is the image's snapshot of that group snapshot (in
+	// RBD's group snapshot namespace, found through its group, not by a name of ours).
+	Member bool
 }
 
 // CephFSVolume locates a CephFS subvolume's reservation.
@@ -110,7 +117,11 @@ func (v RBDVolume) String() string {
 }
 
 func (s RBDSnapshot) String() string {
-	return fmt.Sprintf("rs1:%s:%d:%s:%s:%s", s.ClusterID, s.PoolID, s.Namespace, s.UID, s.SnapUID)
+	prefix := "rs1"
+	if s.Member {
+		prefix = "rm1"
+	}
+	return fmt.Sprintf("%s:%s:%d:%s:%s:%s", prefix, s.ClusterID, s.PoolID, s.Namespace, s.UID, s.SnapUID)
 }
 
 func (v CephFSVolume) String() string {
@@ -208,9 +219,15 @@ func rbdVolume(p []string) (RBDVolume, error) {
 	return v, nil
 }
 
-// ParseRBDSnapshot decodes an RBD snapshot ID.
+// ParseRBDSnapshot decodes an RBD snapshot ID: of a snapshot of its own (rs1) or of the member
+// of a group snapshot (rm1).
 func ParseRBDSnapshot(s string) (RBDSnapshot, error) {
-	p, err := split(s, "rs1", 5)
+	member := strings.HasPrefix(s, "rm1:")
+	prefix := "rs1"
+	if member {
+		prefix = "rm1"
+	}
+	p, err := split(s, prefix, 5)
 	if err != nil {
 		return RBDSnapshot{}, malformed("RBD snapshot", s)
 	}
@@ -218,7 +235,7 @@ func ParseRBDSnapshot(s string) (RBDSnapshot, error) {
 	if err != nil || !ValidUID(p[4]) {
 		return RBDSnapshot{}, malformed("RBD snapshot", s)
 	}
-	return RBDSnapshot{RBDVolume: v, SnapUID: p[4]}, nil
+	return RBDSnapshot{RBDVolume: v, SnapUID: p[4], Member: member}, nil
 }
 
 // ParseCephFSVolume decodes a CephFS volume ID.

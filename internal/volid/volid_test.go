@@ -28,7 +28,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil || got != v {
 			t.Errorf("ParseRBDVolume(%s) = %+v, %v", v, got, err)
 		}
-		s := RBDSnapshot{v, u2}
+		s := RBDSnapshot{RBDVolume: v, SnapUID: u2}
 		if len(s.String()) > MaxLen {
 			t.Errorf("snapshot ID %d bytes > %d: %s", len(s.String()), MaxLen, s)
 		}
