@@ -10,15 +10,16 @@ import (
 )
 
 // librbdDirectories are the per-namespace objects librbd keeps even when no image exists, with
-// the omap key prefixes that name images in them: only such keys count as leftovers
-// (rbd_directory also holds its own "state").
+// the omap key prefixes that name images (or groups) in them: only such keys count as
+// leftovers (rbd_directory also holds its own "state").
 var librbdDirectories = map[string][]string{
 	"rbd_directory": {"name_", "id_"}, "rbd_trash": {""}, "rbd_children": {""},
-	"rbd_info": nil, "rbd_mirroring": nil, "rbd_namespace": nil,
+	"rbd_info": nil, "rbd_mirroring": nil, "rbd_namespace": nil, "rbd_group_directory": {"name_", "id_"},
 }
 
 // RBDLeftovers lists everything left in io's pool namespace besides librbd's empty directories:
 // images, image stubs (rbd_id.*, rbd_header.*, data and object-map objects of removed images),
+// groups (their directory entries and rbd_group_header.* objects),
 // entries of librbd's directories (including trash entries of removals in progress, which
 // rbd_trash_list hides) and the driver's own objects (journals, trackers). An empty result
 // means nothing leaked.

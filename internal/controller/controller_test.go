@@ -56,3 +56,39 @@ func TestUnknownParams(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestGroupSnapshotChecks(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		req  *csi.CreateVolumeGroupSnapshotRequest
+		want codes.Code
+		ids  string
+	}{
+		{"no name", &csi.CreateVolumeGroupSnapshotRequest{SourceVolumeIds: []string{"a"}}, codes.InvalidArgument, ""},
+		{"no sources", &csi.CreateVolumeGroupSnapshotRequest{Name: "g"}, codes.InvalidArgument, ""},
+		{"empty source", &csi.CreateVolumeGroupSnapshotRequest{Name: "g", SourceVolumeIds: []string{"a", ""}}, codes.InvalidArgument, ""},
+		{"repeated source", &csi.CreateVolumeGroupSnapshotRequest{Name: "g", SourceVolumeIds: []string{"b", "a", "b"}}, codes.InvalidArgument, ""},
+		{"sorted", &csi.CreateVolumeGroupSnapshotRequest{Name: "g", SourceVolumeIds: []string{"c", "a", "b"}}, codes.OK, "a,b,c"},
+	} {
+		ids, err := CheckCreateGroupSnapshot(tt.req)
+		if status.Code(err) != tt.want || strings.Join(ids, ",") != tt.ids {
+			t.Errorf("%s: %v, %v; want %v, %q", tt.name, ids, err, tt.want, tt.ids)
+		}
+	}
+	if status.Code(CheckGroupSnapshotID("")) != codes.InvalidArgument || CheckGroupSnapshotID("x") != nil {
+		t.Error("CheckGroupSnapshotID")
+	}
+	members := []string{"m2", "m1"}
+	for _, tt := range []struct {
+		given []string
+		want  codes.Code
+	}{
+		{nil, codes.OK}, {[]string{"m1", "m2"}, codes.OK}, {[]string{"m2", "m1"}, codes.OK},
+		{[]string{"m1"}, codes.InvalidArgument}, {[]string{"m1", "m2", "m3"}, codes.InvalidArgument},
+		{[]string{"m1", "m1"}, codes.InvalidArgument}, {[]string{"m1", "x"}, codes.InvalidArgument},
+	} {
+		if got := status.Code(CheckMembers(tt.given, members)); got != tt.want {
+			t.Errorf("CheckMembers(%v) = %v, want %v", tt.given, got, tt.want)
+		}
+	}
+}

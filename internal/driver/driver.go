@@ -103,11 +103,12 @@ func New(cfg Config) (*Driver, error) {
 func (d *Driver) register() error {
 	var caps []*csi.PluginCapability
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
-		csi.RegisterControllerServer(d.grpc.Server, rbd.NewController(rbd.Options{
+		ctrl := rbd.NewController(rbd.Options{
 			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
-		}))
+		})
+		csi.RegisterControllerServer(d.grpc.Server, ctrl)
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
-			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
+			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE), d.registerGroupController(ctrl.Group()))
 		smCap, err := d.registerSnapshotMetadata()
 		if err != nil {
 			return err

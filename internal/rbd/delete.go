@@ -65,7 +65,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 			if err == nil || isNotFound(err) {
 				return struct{}{}, ensureRemoved(io, name)
 			}
-			if !ceph.Is(err, ceph.ErrBusy) && !ceph.Is(err, ceph.ErrNotEmpty) {
+			if !ceph.Is(err, ceph.ErrBusy) && !ceph.Is(err, ceph.ErrNotEmpty) && !inGroup(err) {
 				return struct{}{}, err
 			}
 		}
@@ -125,7 +125,7 @@ func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) err
 			}
 		}
 	}
-	if len(st.csiSnapshots()) > 0 {
+	if st.kept() {
 		if hide && !st.deleted {
 			err = img.SetMetadata(metaDeleted, metaDeletedTrue)
 		}
@@ -133,6 +133,11 @@ func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) err
 		return err
 	}
 	if err := img.Close(); err != nil {
+		return err
+	}
+	// membership is what a group snapshot killed while cutting left: the caller holds the
+	// volume's lock, which every cut takes
+	if err := leaveGroup(r, io, name); err != nil {
 		return err
 	}
 	err = rbd.RemoveImage(io, name)

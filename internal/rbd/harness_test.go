@@ -26,6 +26,7 @@ import (
 type env struct {
 	cl     cephtest.Cluster
 	client csi.ControllerClient
+	group  csi.GroupControllerClient
 	ctrl   *Controller
 	conn   *ceph.Conn
 	io     *rados.IOContext
@@ -52,6 +53,7 @@ func newEnvIn(t testing.TB, ns string) *env {
 		t.Fatal(err)
 	}
 	csi.RegisterControllerServer(g.Server, ctrl)
+	csi.RegisterGroupControllerServer(g.Server, ctrl.Group())
 	go func() { _ = g.Serve() }()
 	t.Cleanup(func() { g.Shutdown(5 * time.Second) })
 	cc, err := grpc.NewClient("unix://"+g.Path(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -78,7 +80,7 @@ func newEnvIn(t testing.TB, ns string) *env {
 		}
 	}
 	io.SetNamespace(ns)
-	e := &env{cl: cl, client: csi.NewControllerClient(cc), ctrl: ctrl, conn: conn, io: io, ns: ns}
+	e := &env{cl: cl, client: csi.NewControllerClient(cc), group: csi.NewGroupControllerClient(cc), ctrl: ctrl, conn: conn, io: io, ns: ns}
 	if owned {
 		t.Cleanup(func() { e.purge(t) })
 	} else {
@@ -89,6 +91,10 @@ func newEnvIn(t testing.TB, ns string) *env {
 
 // purge removes everything left in the test's namespace, then the namespace.
 func (e *env) purge(t testing.TB) {
+	groups, _ := rbd.GroupList(e.io)
+	for _, g := range groups {
+		_ = rbd.GroupRemove(e.io, g)
+	}
 	names, _ := rbd.GetImageNames(e.io)
 	for _, n := range names {
 		if img, err := rbd.OpenImage(e.io, n, rbd.NoSnapshot); err == nil {

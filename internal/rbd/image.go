@@ -26,6 +26,9 @@ type imageState struct {
 	parent  *rbd.ParentInfo
 	snaps   []rbd.SnapInfo
 	watches int
+	// memberSnaps counts the snapshots group snapshots cut of the image (RBD's group snapshot
+	// namespace): like CSI snapshots, they keep a deleted volume's image
+	memberSnaps int
 }
 
 func (s imageState) csiSnapshots() []rbd.SnapInfo {
@@ -37,6 +40,10 @@ func (s imageState) csiSnapshots() []rbd.SnapInfo {
 	}
 	return out
 }
+
+// kept reports whether snapshots a CSI snapshot or group snapshot may still restore from keep
+// the image of a deleted volume.
+func (s imageState) kept() bool { return len(s.csiSnapshots()) > 0 || s.memberSnaps > 0 }
 
 func (s imageState) hasSnap(name string) (rbd.SnapInfo, bool) {
 	for _, sn := range s.snaps {
@@ -74,6 +81,15 @@ func inspect(io *rados.IOContext, name string) (imageState, error) {
 	}
 	if st.snaps, err = img.GetSnapshotNames(); err != nil {
 		return st, err
+	}
+	for _, sn := range st.snaps {
+		kind, err := img.GetSnapNamespaceType(sn.Id)
+		if err != nil {
+			return st, err
+		}
+		if kind == rbd.SnapNamespaceTypeGroup {
+			st.memberSnaps++
+		}
 	}
 	w, err := img.ListWatchers()
 	if err != nil {

@@ -161,6 +161,9 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	if id.Member {
+		return c.deleteMember(ctx, id, req.GetSecrets())
+	}
 	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
 	if err != nil {
 		return nil, err
@@ -268,7 +271,8 @@ func snapshotsIn(ctx context.Context, p radosop.Location, clusterID string, pool
 			out = append(out, s)
 		}
 	}
-	return out, nil
+	members, err := groupMembersIn(ctx, p, clusterID, poolID, keep)
+	return append(out, members...), err
 }
 
 func (c *Controller) listEverywhere(ctx context.Context, secrets map[string]string) ([]*csi.Snapshot, error) {

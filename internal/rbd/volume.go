@@ -251,6 +251,8 @@ func sourceSize(ctx context.Context, conn *ceph.Conn, src source) (uint64, strin
 	var poolID int64
 	var ns, image, snap, what string
 	switch {
+	case src.Snap != nil && src.Snap.Member:
+		return memberSize(ctx, conn, *src.Snap)
 	case src.Snap != nil:
 		poolID, ns, image, snap, what = src.Snap.PoolID, src.Snap.Namespace, rbdname.Image(src.Snap.UID), rbdname.Snapshot(src.Snap.SnapUID), "source snapshot "+src.Snap.String()
 	case src.Vol != nil:
@@ -339,6 +341,9 @@ func ensureBlank(ctx context.Context, p radosop.Location, name string, size uint
 // cloneFromSnapshot clones the CSI snapshot's RBD snapshot (clone v2: no protection needed),
 // grows the clone to the requested size and flattens it when the chain gets too long.
 func (c *Controller) cloneFromSnapshot(ctx context.Context, dst radosop.Location, uid string, size uint64, params volumeParams, s volid.RBDSnapshot) error {
+	if s.Member {
+		return c.restoreMember(ctx, dst, uid, size, params, s)
+	}
 	pool, err := poolByID(ctx, dst.Conn, s.PoolID)
 	if err != nil {
 		return orNotFound(err, "source snapshot "+s.String())
@@ -438,7 +443,15 @@ func (c *Controller) clone(ctx context.Context, parent radosop.Location, parentI
 	if snapSize > size {
 		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, snapSize)
 	}
-	_, err = ceph.Call(ctx, dst.Conn, "clone "+child, func(r *rados.Conn) (struct{}, error) {
+	return c.cloneWith(ctx, parent, dst, child, size, params, func(pio, io *rados.IOContext, opts *rbd.ImageOptions) error {
+		return rbd.CloneImage(pio, parentImage, snap, io, child, opts)
+	})
+}
+
+// cloneWith makes child a clone with create (librbd's clone from a snapshot by name, or by ID),
+// unless it is one already, grows it to size and flattens it when its parent chain got too long.
+func (c *Controller) cloneWith(ctx context.Context, parent, dst radosop.Location, child string, size uint64, params volumeParams, create func(pio, io *rados.IOContext, opts *rbd.ImageOptions) error) error {
+	_, err := ceph.Call(ctx, dst.Conn, "clone "+child, func(r *rados.Conn) (struct{}, error) {
 		pio, err := r.OpenIOContext(parent.Pool)
 		if err != nil {
 			return struct{}{}, err
@@ -470,7 +483,7 @@ func (c *Controller) clone(ctx context.Context, parent radosop.Location, parentI
 				return struct{}{}, err
 			}
 			defer opts.Destroy()
-			err = createOrRepair(io, child, func() error { return rbd.CloneImage(pio, parentImage, snap, io, child, opts) })
+			err = createOrRepair(io, child, func() error { return create(pio, io, opts) })
 			if err != nil {
 				return struct{}{}, err
 			}

@@ -1,5 +1,6 @@
-// Package rbdname is where RBD volumes and snapshots live on Ceph: the image of a volume and
-// the RBD snapshot of a CSI snapshot, named from the UIDs their IDs carry. The layout is
+// Package rbdname is where RBD volumes and snapshots live on Ceph: the image of a volume,
+// the RBD snapshot of a CSI snapshot and the group of a group snapshot, named from the UIDs
+// their IDs carry, and the member snapshots group snapshots cut. The layout is
 // defined once, here, for the controller, the changed-block service (which opens snapshots
 // straight from their IDs) and the tests.
 package rbdname
