@@ -16,11 +16,12 @@ import (
 
 // crashOp is one RPC a child process runs until it dies at a fault point.
 type crashOp struct {
-	Kind   string // create, snapshot, delete-volume, delete-snapshot
+	Kind   string // create, snapshot, delete-volume, delete-snapshot, group-snapshot, delete-group-snapshot
 	Name   string
-	SrcSn  string // source snapshot ID, for create
-	SrcVol string // source volume ID, for create and snapshot
-	ID     string // volume or snapshot ID, for deletes
+	IDs    []string // source volumes, for group-snapshot
+	SrcSn  string   // source snapshot ID, for create
+	SrcVol string   // source volume ID, for create and snapshot
+	ID     string   // volume or snapshot ID, for deletes
 	NS     string
 }
 
@@ -48,6 +49,10 @@ func TestCrashChild(t *testing.T) {
 		_, err = e.client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: op.ID, Secrets: e.cl.Secrets()})
 	case "delete-snapshot":
 		_, err = e.client.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: op.ID, Secrets: e.cl.Secrets()})
+	case "group-snapshot":
+		_, err = e.group.CreateVolumeGroupSnapshot(ctx, e.groupReq(op.Name, op.IDs...))
+	case "delete-group-snapshot":
+		_, err = e.group.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: op.ID, Secrets: e.cl.Secrets()})
 	}
 	t.Fatalf("child survived its fault point (err %v): the fault point is never reached", err)
 }

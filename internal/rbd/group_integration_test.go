@@ -316,4 +316,3 @@ func TestGroupSnapshotOfClones(t *testing.T) {
 	}
 	e.assertEmpty(t)
 }
-

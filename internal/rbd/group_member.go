@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/rbdcaps"
@@ -96,6 +97,7 @@ func copyMember(ctx context.Context, parent radosop.Location, image string, snap
 			if err := createOrRepair(io, child, func() error { return rbd.CreateImage(io, child, size, opts) }); err != nil {
 				return struct{}{}, err
 			}
+			faultpoint.Hit("rbd.CreateVolume.copy-created")
 		}
 		dimg, err := rbd.OpenImage(io, child, rbd.NoSnapshot)
 		if err != nil {
@@ -124,6 +126,7 @@ func copyMember(ctx context.Context, parent radosop.Location, image string, snap
 		if err := src.Copy2(dimg); err != nil {
 			return struct{}{}, err
 		}
+		faultpoint.Hit("rbd.CreateVolume.copied")
 		return struct{}{}, dimg.SetMetadata(metaCopied, metaCopiedTrue)
 	})
 	return err
