@@ -204,8 +204,8 @@ func maxResults(n int32) int {
 // iteration, queueing full messages on msgs. It runs under ceph.Call, so a caller that gives
 // up does not wait for it; the callback notices the cancelled ctx and ends the iteration.
 func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Header, msgs chan<- []Extent) error {
-	image, target := rbdname.Image(q.Target.UID), rbdname.Snapshot(q.Target.SnapUID)
-	_, err := ceph.Call(ctx, conn, "diff "+image+"@"+target, func(r *rados.Conn) (struct{}, error) {
+	image := rbdname.Image(q.Target.UID)
+	_, err := ceph.Call(ctx, conn, "diff "+image+" at "+q.Target.String(), func(r *rados.Conn) (struct{}, error) {
 		// the turn is taken here, where the iteration runs, so that one ceph.Call gave up on
 		// keeps its turn until librbd has really stopped
 		select {
@@ -229,7 +229,7 @@ func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Hea
 		}
 		defer io.Destroy()
 		io.SetNamespace(q.Target.Namespace)
-		img, err := openSnapImage(io, image, target)
+		img, err := openTarget(io, q.Target)
 		if err != nil {
 			return struct{}{}, notFound(err, "snapshot %s does not exist", q.Target.String())
 		}
@@ -240,7 +240,7 @@ func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Hea
 			}
 			e.openImages.Add(-1)
 		}()
-		return struct{}{}, e.iterate(ctx, img, q, hdr, msgs)
+		return struct{}{}, e.iterate(ctx, io, img, q, hdr, msgs)
 	})
 	return innerStatus(err)
 }
@@ -255,7 +255,7 @@ func innerStatus(err error) error {
 	return err
 }
 
-func (e *Engine) iterate(ctx context.Context, img *snapImage, q Query, hdr *Header, msgs chan<- []Extent) error {
+func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImage, q Query, hdr *Header, msgs chan<- []Extent) error {
 	size, err := img.size()
 	if err != nil {
 		return err
@@ -263,9 +263,9 @@ func (e *Engine) iterate(ctx context.Context, img *snapImage, q Query, hdr *Head
 	if uint64(q.StartingOffset) >= size {
 		return status.Errorf(codes.OutOfRange, "starting_offset %d is not below the volume size %d", q.StartingOffset, size)
 	}
-	from := ""
+	var from fromSnap
 	if q.Base != nil {
-		if from, err = baseSnapshot(img, *q.Base, q.Target); err != nil {
+		if from, err = baseSnapshot(io, img, *q.Base, q.Target); err != nil {
 			return err
 		}
 	}
@@ -322,27 +322,6 @@ func (e *Engine) iterate(ctx context.Context, img *snapImage, q Query, hdr *Head
 		return err
 	}
 	return asm.finish()
-}
-
-// baseSnapshot checks that base is a snapshot of the target's image taken before the target,
-// and returns its RBD snapshot name.
-func baseSnapshot(img *snapImage, base, target volid.RBDSnapshot) (string, error) {
-	bname := rbdname.Snapshot(base.SnapUID)
-	bid, err := img.snapID(bname)
-	if ceph.Is(err, ceph.ErrNotFound) {
-		return "", status.Errorf(codes.NotFound, "base snapshot %s does not exist", base.String())
-	}
-	if err != nil {
-		return "", err
-	}
-	tid, err := img.snapID(rbdname.Snapshot(target.SnapUID))
-	if err != nil {
-		return "", err
-	}
-	if bid > tid {
-		return "", status.Errorf(codes.InvalidArgument, "base snapshot %s was taken after target snapshot %s", base.String(), target.String())
-	}
-	return bname, nil
 }
 
 // notFound turns a Ceph "not found" into NOT_FOUND with a message naming the snapshot; other
