@@ -118,19 +118,31 @@ func (k *APIServer) Snapshot(ctx context.Context, namespace, name string) (strin
 	return handle, secrets, err
 }
 
+// The annotations the snapshot controller puts on the VolumeSnapshotContents of group snapshot
+// members, which name no VolumeSnapshotClass: the Secret of their VolumeGroupSnapshotClass.
+const (
+	annSecretName      = "snapshot.storage.kubernetes.io/deletion-secret-name"
+	annSecretNamespace = "snapshot.storage.kubernetes.io/deletion-secret-namespace"
+)
+
 // secrets reads the snapshotter Secret of the VolumeSnapshot's class (else its content's, else
-// the driver's default class), its name and namespace templates resolved for this snapshot.
+// for a group snapshot's member the one its content's annotations name, else the driver's
+// default class), its name and namespace templates resolved for this snapshot.
 func (k *APIServer) secrets(ctx context.Context, vs *snapv1.VolumeSnapshot, vsc *snapv1.VolumeSnapshotContent) (map[string]string, error) {
-	cls, err := k.snapshotClass(ctx, vs, vsc)
-	if err != nil {
-		return nil, err
-	}
-	ref, ok, err := snapshotterSecret(cls.Parameters, vsc.Name, vs.Namespace, vs.Name)
-	if err != nil {
-		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s: %v", cls.Name, err)
-	}
-	if !ok {
-		return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s has no %s/%s parameters, so no Ceph credentials", cls.Name, paramSecretName, paramSecretNamespace)
+	ref := secretRef{name: vsc.Annotations[annSecretName], namespace: vsc.Annotations[annSecretNamespace]}
+	if named(vs.Spec.VolumeSnapshotClassName) || named(vsc.Spec.VolumeSnapshotClassName) || ref.name == "" || ref.namespace == "" {
+		cls, err := k.snapshotClass(ctx, vs, vsc)
+		if err != nil {
+			return nil, err
+		}
+		var ok bool
+		ref, ok, err = snapshotterSecret(cls.Parameters, vsc.Name, vs.Namespace, vs.Name)
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s: %v", cls.Name, err)
+		}
+		if !ok {
+			return nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotClass %s has no %s/%s parameters, so no Ceph credentials", cls.Name, paramSecretName, paramSecretNamespace)
+		}
 	}
 	sec, err := k.Client.CoreV1().Secrets(ref.namespace).Get(ctx, ref.name, metav1.GetOptions{})
 	if err != nil {
@@ -142,6 +154,8 @@ func (k *APIServer) secrets(ctx context.Context, vs *snapv1.VolumeSnapshot, vsc 
 	}
 	return out, nil
 }
+
+func named(s *string) bool { return s != nil && *s != "" }
 
 // snapshotClass is the VolumeSnapshotClass whose Secret reads the snapshot: the
 // VolumeSnapshot's (what the external-snapshot-metadata sidecar uses), else the content's (a

@@ -117,6 +117,13 @@ func (k *kubeEnv) volumeSnapshot(t *testing.T, name, handle, driver string, read
 // names ("": none).
 func (k *kubeEnv) volumeSnapshotOfClass(t *testing.T, name, handle, driver string, ready bool, class, contentClass string) {
 	t.Helper()
+	k.volumeSnapshotWith(t, name, handle, driver, ready, class, contentClass, nil)
+}
+
+// volumeSnapshotWith is volumeSnapshotOfClass with annotations on the content (the snapshot
+// controller annotates the contents of group snapshot members with their Secret).
+func (k *kubeEnv) volumeSnapshotWith(t *testing.T, name, handle, driver string, ready bool, class, contentClass string, ann map[string]string) {
+	t.Helper()
 	ctx := context.Background()
 	content := "snapcontent-" + name
 	orNil := func(s string) *string {
@@ -126,7 +133,7 @@ func (k *kubeEnv) volumeSnapshotOfClass(t *testing.T, name, handle, driver strin
 		return &s
 	}
 	vsc, err := k.sc.SnapshotV1().VolumeSnapshotContents().Create(ctx, &snapv1.VolumeSnapshotContent{
-		ObjectMeta: metav1.ObjectMeta{Name: content},
+		ObjectMeta: metav1.ObjectMeta{Name: content, Annotations: ann},
 		Spec: snapv1.VolumeSnapshotContentSpec{
 			Driver: driver, DeletionPolicy: snapv1.VolumeSnapshotContentRetain, VolumeSnapshotClassName: orNil(contentClass),
 			Source:            snapv1.VolumeSnapshotContentSource{SnapshotHandle: &handle},
@@ -408,8 +415,13 @@ func TestSnapshotterSecretTemplates(t *testing.T) {
 
 	client := k.client(t)
 	token := k.token(t, "backup", testAudience)
+	secret("monoceph", "group-ceph")
+	member := func(secret string) map[string]string {
+		return map[string]string{annSecretName: secret, annSecretNamespace: "monoceph"}
+	}
 	for _, c := range []struct {
 		snap, class, contentClass string
+		ann                       map[string]string
 		want                      codes.Code
 		text                      string
 	}{
@@ -421,9 +433,14 @@ func TestSnapshotterSecretTemplates(t *testing.T) {
 		{snap: "t6", class: "bad-token", want: codes.FailedPrecondition, text: `unknown tokens ["pvc.name"]`},
 		{snap: "t7", class: "half", want: codes.FailedPrecondition, text: "go together"},
 		{snap: "t8", class: "bad-namespace", want: codes.FailedPrecondition, text: "not a namespace name"},
+		// group snapshot members name no class: their content's annotations name the Secret of
+		// the group snapshot's class, ahead of the default class
+		{snap: "t9", ann: member("group-ceph"), want: codes.OK},
+		{snap: "t10", ann: member("group-missing"), want: codes.NotFound, text: "group-missing"},
+		{snap: "t11", class: "per-snapshot", ann: member("group-missing"), want: codes.NotFound, text: "t11-ceph"}, // a class wins
 	} {
 		t.Run(c.snap, func(t *testing.T) {
-			k.volumeSnapshotOfClass(t, c.snap, s1.String(), testDriver, true, c.class, c.contentClass)
+			k.volumeSnapshotWith(t, c.snap, s1.String(), testDriver, true, c.class, c.contentClass, c.ann)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			st, err := client.GetMetadataAllocated(ctx, &api.GetMetadataAllocatedRequest{SecurityToken: token, Namespace: backupNS, SnapshotName: c.snap})
