@@ -72,14 +72,11 @@ func (c *cephCluster) SupportsRanges(ctx context.Context) (bool, error) {
 	if ok && time.Since(p.at) < rangeSupportTTL {
 		return p.ok, nil
 	}
-	out, err := ceph.MonCommandRaw(ctx, c.conn, "get_command_descriptions", []byte(`{"prefix":"get_command_descriptions"}`))
+	table, err := ceph.MonCommandTable(ctx, c.conn)
 	if err != nil {
 		return false, err
 	}
-	supported, err := hasRangeArgument(out)
-	if err != nil {
-		return false, err
-	}
+	supported := hasRangeArgument(table)
 	c.ranges.mu.Lock()
 	c.ranges.known[c.key] = rangeProbe{ok: supported, at: time.Now()}
 	c.ranges.mu.Unlock()
@@ -88,34 +85,9 @@ func (c *cephCluster) SupportsRanges(ctx context.Context) (bool, error) {
 
 // hasRangeArgument reads the monitors' command table: range entries exist where the
 // `osd blocklist` command declares a "range" argument.
-func hasRangeArgument(out []byte) (bool, error) {
-	var table map[string]struct {
-		Sig []json.RawMessage `json:"sig"`
-	}
-	if err := json.Unmarshal(out, &table); err != nil {
-		return false, fmt.Errorf("decode get_command_descriptions: %w", err)
-	}
-	for _, cmd := range table {
-		var words []string
-		hasRange := false
-		for _, raw := range cmd.Sig {
-			var word string
-			if json.Unmarshal(raw, &word) == nil {
-				words = append(words, word)
-				continue
-			}
-			var arg struct {
-				Name string `json:"name"`
-			}
-			if json.Unmarshal(raw, &arg) == nil && arg.Name == "range" {
-				hasRange = true
-			}
-		}
-		if len(words) == 2 && words[0] == "osd" && words[1] == "blocklist" && hasRange {
-			return true, nil
-		}
-	}
-	return false, nil
+func hasRangeArgument(table ceph.CommandTable) bool {
+	s, ok := table.Find("osd", "blocklist")
+	return ok && s.Has("range")
 }
 
 func (c *cephCluster) List(ctx context.Context) ([]Listed, error) {
