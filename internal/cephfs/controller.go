@@ -40,6 +40,10 @@ type Controller struct {
 
 	groupsMu sync.Mutex
 	groups   map[string]bool // cluster/fs/group known to exist
+
+	// group snapshots: the manager's quiesce command and which clusters have it
+	mgr     mgrAPI
+	quiesce quiesceSupport
 }
 
 // NewController builds the service.
@@ -50,7 +54,7 @@ func NewController(o Options) *Controller {
 	if o.CloneWait <= 0 {
 		o.CloneWait = DefaultCloneWait
 	}
-	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, Users: controller.NewClassUsers()}, opts: o, groups: map[string]bool{}}
+	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, Users: controller.NewClassUsers()}, opts: o, groups: map[string]bool{}, mgr: cephMgr{}}
 }
 
 // Every access mode works on a shared filesystem; there is no raw block CephFS volume.

@@ -18,8 +18,9 @@ import (
 
 // crashOp is one RPC a child process runs until it dies at a fault point.
 type crashOp struct {
-	Kind   string // create, create-ro, snapshot, delete-volume, delete-snapshot
+	Kind   string // create, create-ro, snapshot, delete-volume, delete-snapshot, group-snapshot, delete-group-snapshot
 	Name   string
+	IDs    []string // source volumes, for group-snapshot
 	SrcSn  string
 	SrcVol string
 	ID     string
@@ -75,6 +76,12 @@ func TestCrashChild(t *testing.T) {
 		_, err = e.client.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: op.ID, Secrets: e.cl.Secrets()})
 	case "delete-snapshot":
 		_, err = e.client.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: op.ID, Secrets: e.cl.Secrets()})
+	case "group-snapshot":
+		e.ctrl.mgr = newSquidMgr()
+		_, err = e.gsc.CreateVolumeGroupSnapshot(ctx, e.groupReq(op.Name, op.IDs...))
+	case "delete-group-snapshot":
+		e.ctrl.mgr = newSquidMgr()
+		_, err = e.gsc.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: op.ID, Secrets: e.cl.Secrets()})
 	}
 	t.Fatalf("child survived its fault point (err %v)", err)
 }

@@ -28,6 +28,7 @@ const mib = 1 << 20
 type env struct {
 	cl     cephtest.Cluster
 	client csi.ControllerClient
+	gsc    csi.GroupControllerClient
 	ctrl   *Controller
 	conn   *ceph.Conn
 	fsa    *admin.FSAdmin
@@ -55,6 +56,7 @@ func newEnvIn(t testing.TB, tag string) *env {
 		t.Fatal(err)
 	}
 	csi.RegisterControllerServer(g.Server, ctrl)
+	csi.RegisterGroupControllerServer(g.Server, ctrl.Group())
 	go func() { _ = g.Serve() }()
 	t.Cleanup(func() { g.Shutdown(5 * time.Second) })
 	cc, err := grpc.NewClient("unix://"+g.Path(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -77,7 +79,7 @@ func newEnvIn(t testing.TB, tag string) *env {
 		t.Fatal(err)
 	}
 	io.SetNamespace(tag)
-	e := &env{cl: cl, client: csi.NewControllerClient(cc), ctrl: ctrl, conn: conn, fsa: admin.NewFromConn(mgr.Rados()), group: tag, io: io}
+	e := &env{cl: cl, client: csi.NewControllerClient(cc), gsc: csi.NewGroupControllerClient(cc), ctrl: ctrl, conn: conn, fsa: admin.NewFromConn(mgr.Rados()), group: tag, io: io}
 	if owned {
 		t.Cleanup(func() { e.purge() })
 	} else {

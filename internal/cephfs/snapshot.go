@@ -130,7 +130,7 @@ func snapshotFromRecord(rec journal.Record, id volid.CephFSSnapshot) (*csi.Snaps
 	}
 	size, _ := strconv.ParseInt(rec.Attrs[attrSnapSize], 10, 64)
 	return &csi.Snapshot{SnapshotId: id.String(), SourceVolumeId: rec.Attrs[attrSourceVolume], SizeBytes: size,
-		CreationTime: timestamppb.New(created), ReadyToUse: true}, true
+		CreationTime: timestamppb.New(created), ReadyToUse: true, GroupSnapshotId: groupOfMember(rec, id)}, true
 }
 
 // siteOf connects and resolves a filesystem ID; a filesystem that no longer exists is NOT_FOUND
@@ -174,6 +174,9 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, id.SnapUID)
 	if err != nil || rec == nil {
 		return &csi.DeleteSnapshotResponse{}, err
+	}
+	if err := c.refuseMember(ctx, s, rec, id); err != nil {
+		return nil, err
 	}
 	if err := c.releaseSnapshotRef(ctx, s, rec); err != nil {
 		return nil, err

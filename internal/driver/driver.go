@@ -116,11 +116,12 @@ func (d *Driver) register() error {
 		caps = append(caps, smCap)
 	}
 	if d.cfg.Type == TypeCephFS && d.cfg.RunsController() {
-		csi.RegisterControllerServer(d.grpc.Server, cephfs.NewController(cephfs.Options{
+		ctrl := cephfs.NewController(cephfs.Options{
 			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, CloneWait: d.cfg.CephFSCloneWait,
-		}))
+		})
+		csi.RegisterControllerServer(d.grpc.Server, ctrl)
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
-			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE))
+			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE), d.registerGroupController(ctrl.Group()))
 	}
 	if d.cfg.RunsNode() {
 		ns, err := d.nodeServer()
