@@ -38,9 +38,6 @@ type GroupController struct {
 // Group returns the controller's GroupController service.
 func (c *Controller) Group() *GroupController { return &GroupController{c: c} }
 
-// kindGroupSnapshot is the journal kind of group snapshot reservations.
-const kindGroupSnapshot journal.Kind = "gsnap"
-
 // Journal attributes of group snapshots: of the group's reservation, and the mark of a member's.
 const (
 	attrGroupSources  = "sources"       // source volume IDs, sorted, comma-separated
@@ -120,7 +117,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	}
 	joined := strings.Join(ids, ",")
 	gid := volid.CephFSGroupSnapshot{ClusterID: first.ClusterID, FSCID: first.FSCID}
-	rec, err := journal.Lookup(ctx, s.journal(), kindGroupSnapshot, name)
+	rec, err := journal.Lookup(ctx, s.journal(), journal.GroupSnapshot, name)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +150,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 		}
 		return nil, err
 	}
-	rec, _, err = journal.Reserve(ctx, s.journal(), kindGroupSnapshot, name, map[string]string{attrGroupSources: joined})
+	rec, _, err = journal.Reserve(ctx, s.journal(), journal.GroupSnapshot, name, map[string]string{attrGroupSources: joined})
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +227,7 @@ func (c *Controller) cutMembers(ctx context.Context, s site, rec *journal.Record
 	}
 	set := rec.UID + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	rec.Attrs[attrQuiesceSet] = set
-	if err := journal.SetAttrs(ctx, s.journal(), kindGroupSnapshot, rec); err != nil {
+	if err := journal.SetAttrs(ctx, s.journal(), journal.GroupSnapshot, rec); err != nil {
 		return err
 	}
 	paths := make([]string, len(members))
@@ -297,7 +294,7 @@ func (c *Controller) recordGroup(ctx context.Context, s site, gid volid.CephFSGr
 	rec.Attrs[attrGroupMembers] = string(b)
 	rec.Attrs[attrCreated] = earliest.Format(time.RFC3339Nano)
 	delete(rec.Attrs, attrQuiesceSet)
-	if err := journal.SetAttrs(ctx, s.journal(), kindGroupSnapshot, rec); err != nil {
+	if err := journal.SetAttrs(ctx, s.journal(), journal.GroupSnapshot, rec); err != nil {
 		return nil, err
 	}
 	return c.groupSnapshot(ctx, s, gid, rec)

@@ -33,7 +33,7 @@ func (c *Controller) openGroup(ctx context.Context, raw string, secrets map[stri
 	if err != nil {
 		return site{}, gid, nil, false, err
 	}
-	rec, err = journal.Get(ctx, s.journal(), kindGroupSnapshot, gid.UID)
+	rec, err = journal.Get(ctx, s.journal(), journal.GroupSnapshot, gid.UID)
 	if err != nil {
 		s.release()
 		return site{}, gid, nil, false, err
@@ -118,7 +118,7 @@ func (c *Controller) removeGroup(ctx context.Context, s site, gid volid.CephFSGr
 	if rec == nil {
 		return nil
 	}
-	return journal.ReleaseRecord(ctx, s.journal(), kindGroupSnapshot, rec)
+	return journal.ReleaseRecord(ctx, s.journal(), journal.GroupSnapshot, rec)
 }
 
 // GetVolumeGroupSnapshot answers from the reservations of a completed group snapshot.
@@ -153,7 +153,7 @@ func (c *Controller) refuseMember(ctx context.Context, s site, rec *journal.Reco
 	if gs == "" {
 		return nil
 	}
-	group, err := journal.Get(ctx, s.journal(), kindGroupSnapshot, rec.Attrs[attrGroupSnapshot])
+	group, err := journal.Get(ctx, s.journal(), journal.GroupSnapshot, rec.Attrs[attrGroupSnapshot])
 	if err != nil || group == nil {
 		return err
 	}

@@ -36,6 +36,9 @@ type Kind string
 const (
 	Volume   Kind = "vol"
 	Snapshot Kind = "snap"
+	// GroupSnapshot reserves the names of group snapshots (their members are snapshots, or
+	// RBD group snapshots the reservation names).
+	GroupSnapshot Kind = "gsnap"
 )
 
 // Location is where a journal lives.

@@ -40,9 +40,6 @@ type GroupController struct {
 // Group returns the controller's GroupController service.
 func (c *Controller) Group() *GroupController { return &GroupController{c: c} }
 
-// kindGroupSnapshot is the journal kind of group snapshot reservations.
-const kindGroupSnapshot journal.Kind = "gsnap"
-
 // Journal attributes of a group snapshot reservation.
 const (
 	attrGroupSources = "sources" // the source volume IDs, sorted, comma-separated
@@ -137,7 +134,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 		return nil, controller.InvalidParam(paramPool, "the volumes are in pool %q, where their group snapshot lives too", p.Pool)
 	}
 	sources := strings.Join(r.ids, ",")
-	rec, created, err := journal.Reserve(ctx, p, kindGroupSnapshot, r.name, map[string]string{attrGroupSources: sources})
+	rec, created, err := journal.Reserve(ctx, p, journal.GroupSnapshot, r.name, map[string]string{attrGroupSources: sources})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +166,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	}
 	rec.Attrs[attrGroupMembers] = string(b)
 	rec.Attrs[attrCreated] = earliest(members).UTC().Format(time.RFC3339Nano)
-	if err := journal.SetAttrs(ctx, p, kindGroupSnapshot, rec); err != nil {
+	if err := journal.SetAttrs(ctx, p, journal.GroupSnapshot, rec); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Group snapshot ready", "group", p.String()+"/"+gid.String(), "name", r.name, "members", len(members))

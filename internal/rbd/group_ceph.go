@@ -225,5 +225,5 @@ func removeGroupSnapshot(ctx context.Context, p radosop.Location, uid string, re
 	if err != nil || rec == nil {
 		return err
 	}
-	return journal.ReleaseRecord(ctx, p, kindGroupSnapshot, rec)
+	return journal.ReleaseRecord(ctx, p, journal.GroupSnapshot, rec)
 }

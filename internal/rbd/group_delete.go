@@ -46,7 +46,7 @@ func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *cs
 		return nil, err
 	}
 	defer p.Conn.Release()
-	rec, err := journal.Get(ctx, p, kindGroupSnapshot, gid.UID)
+	rec, err := journal.Get(ctx, p, journal.GroupSnapshot, gid.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -109,7 +109,7 @@ func (g *GroupController) GetVolumeGroupSnapshot(ctx context.Context, req *csi.G
 		return nil, err
 	}
 	defer p.Conn.Release()
-	rec, err := journal.Get(ctx, p, kindGroupSnapshot, gid.UID)
+	rec, err := journal.Get(ctx, p, journal.GroupSnapshot, gid.UID)
 	if err != nil {
 		return nil, err
 	}

@@ -149,7 +149,7 @@ func (c *Controller) deleteMember(ctx context.Context, id volid.RBDSnapshot, sec
 	}
 	defer p.Conn.Release()
 	gid, _ := id.Group()
-	rec, err := journal.Get(ctx, p, kindGroupSnapshot, gid.UID)
+	rec, err := journal.Get(ctx, p, journal.GroupSnapshot, gid.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +168,7 @@ func (c *Controller) deleteMember(ctx context.Context, id volid.RBDSnapshot, sec
 // groupMembersIn lists the members of the completed group snapshots whose reservations are at
 // p, for ListSnapshots.
 func groupMembersIn(ctx context.Context, p radosop.Location, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
-	recs, err := journal.List(ctx, p, kindGroupSnapshot)
+	recs, err := journal.List(ctx, p, journal.GroupSnapshot)
 	if err != nil {
 		return nil, err
 	}
