@@ -97,6 +97,8 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"node user without a key", "cephUser.node.id=n", "cephUser.node.key is required"},
 		{"two node plugins on one host port", "cephfs.nodeMetricsPort=9080", "cephfs.nodeMetricsPort: port 9080 is also rbd.nodeMetricsPort"},
 		{"existing TLS Secret without its CA (no cluster to read it from)", "rbd.snapshotMetadata.enabled=true,rbd.snapshotMetadata.tls.existingSecret=x", "set caCert"},
+		{"group snapshot class without group snapshots", "rbd.groupSnapshotClass.create=true", "rbd.groupSnapshotClass.create needs groupSnapshots.enabled"},
+		{"group snapshot class deletion policy", "groupSnapshots.enabled=true,cephfs.groupSnapshotClass.deletionPolicy=Keep", "at '/cephfs/groupSnapshotClass/deletionPolicy'"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			args := append([]string{"template", "x", "charts/monoceph"}, withMinimal(c.set)...)
@@ -142,6 +144,7 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 		{"everything", []string{"rbd.storageClass.create=true", "rbd.storageClass.pool=rbd", "rbd.snapshotClass.create=true",
 			"rbd.snapshotMetadata.enabled=true", "cephfs.storageClass.create=true", "cephfs.storageClass.fsName=fs",
 			"cephfs.snapshotClass.create=true", "cephfs.csiAddons.enabled=true", "rbd.csiAddons.enabled=true", "rbd.storageClass.isDefault=true",
+			"groupSnapshots.enabled=true", "rbd.groupSnapshotClass.create=true", "rbd.groupSnapshotClass.isDefault=true", "cephfs.groupSnapshotClass.create=true",
 			"controller.hostNetwork=true", "cluster.cephFS.subvolumeGroup=k8s", "rbd.storageClass.mountOptions={discard}",
 			"controller.resources.requests.cpu=100m", "node.nodeSelector.storage=yes"}},
 		{"rbd only, existing secrets", []string{"rbd.enabled=true", "cephfs.enabled=false", "cephUser.existingSecret=ceph-user",
