@@ -45,6 +45,7 @@ func TestHelmChartEndToEnd(t *testing.T) {
 		{"helm install creates every object", (*env).stepInstall},
 		{"RBD volume, snapshot, clone, expansion and node path", (*env).stepRBD},
 		{"changed blocks between two VolumeSnapshots", (*env).stepChangedBlocks},
+		{"VolumeGroupSnapshot of two PVCs is one point in time", (*env).stepGroupSnapshot},
 		{"CephFS volume, shallow read-only restore, expansion and node path", (*env).stepCephFS},
 		{"NetworkFence fences and unfences", (*env).stepFence},
 		{"no component was refused by RBAC", (*env).stepNoDenials},
@@ -75,7 +76,7 @@ func (e *env) stepInstall() {
 	}
 	e.t.Logf("release objects: %v", kinds)
 	for kind, n := range map[string]int{"Deployment": 2, "DaemonSet": 2, "CSIDriver": 2, "ConfigMap": 1, "StorageClass": 2,
-		"VolumeSnapshotClass": 2, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 2} {
+		"VolumeSnapshotClass": 2, "VolumeGroupSnapshotClass": 1, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 2} {
 		if kinds[kind] != n {
 			e.t.Errorf("release has %d %s objects, want %d", kinds[kind], kind, n)
 		}

@@ -65,7 +65,7 @@ func (e *env) helmInstall() {
 	// NOTES.txt tells the user the next step of every feature this install enabled
 	for _, want := range []string{"storageClassName: monoceph-rbd", "storageClassName: monoceph-cephfs",
 		"create a NetworkFence with driver " + rbdDriver, `SnapshotMetadataService "` + rbdDriver + `"`,
-		"--resource-name=<sa>", "keeps the changed block service's CA"} {
+		"--resource-name=<sa>", "keeps the changed block service's CA", "volumeGroupSnapshotClassName monoceph-rbd (rbd)"} {
 		if !strings.Contains(out, want) {
 			e.t.Errorf("helm install notes lack %q", want)
 		}
@@ -219,7 +219,7 @@ func (e *env) installCluster() {
 	e.createNode()
 	env := e.runner.clusterEnv()
 	e.runner.start(e.t, "", "snapshot-controller", filepath.Join(e.bin, "snapshot-controller"),
-		[]string{"--kubeconfig=" + e.adminKC, "--leader-election=false", "--v=2"}, env, "")
+		[]string{"--kubeconfig=" + e.adminKC, "--leader-election=false", "--v=2", "--feature-gates=CSIVolumeGroupSnapshot=true"}, env, "")
 	// the csi-addons manager authenticates to sidecars with the token at the in-cluster path
 	// (even with a kubeconfig), so it runs like a pod, here with the admin identity
 	saDir := e.runner.serviceAccountFiles(e.t, filepath.Join(e.runner.root, "csi-addons-manager"), e.cp.AdminToken, "csi-addons-system")
@@ -227,7 +227,7 @@ func (e *env) installCluster() {
 		[]string{"--health-probe-bind-address=0", "--metrics-bind-address=0", "--namespace=csi-addons-system"}, env, saDir)
 }
 
-// deleteLeftovers deletes the VolumeSnapshots and PVCs a failed run left, and waits (bounded)
+// deleteLeftovers deletes the VolumeGroupSnapshots, VolumeSnapshots and PVCs a failed run left, and waits (bounded)
 // for their contents and PVs, i.e. the RBD images and CephFS subvolumes, to go.
 func (e *env) deleteLeftovers() {
 	t := e.runner.t
@@ -235,6 +235,7 @@ func (e *env) deleteLeftovers() {
 		return
 	}
 	ctx := context.Background()
+	_ = e.snap.GroupsnapshotV1().VolumeGroupSnapshots(userNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	_ = e.snap.SnapshotV1().VolumeSnapshots(userNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	_ = e.kc.CoreV1().PersistentVolumeClaims(userNS).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 	deadline := time.Now().Add(90 * time.Second)

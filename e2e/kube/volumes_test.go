@@ -23,6 +23,7 @@ type claim struct {
 	name, class, size string
 	mode              corev1.PersistentVolumeAccessMode
 	fromSnapshot      string
+	labels            map[string]string
 }
 
 // createPVC creates a claim and waits until the provisioner and the PV controller bound it.
@@ -30,7 +31,7 @@ func (e *env) createPVC(c claim) *corev1.PersistentVolume {
 	e.t.Helper()
 	ctx := context.Background()
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: userNS},
+		ObjectMeta: metav1.ObjectMeta{Name: c.name, Namespace: userNS, Labels: c.labels},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			StorageClassName: &c.class,
 			AccessModes:      []corev1.PersistentVolumeAccessMode{c.mode},

@@ -107,9 +107,10 @@ func Objects(t testing.TB, source string, data []byte) []*unstructured.Unstructu
 	}
 }
 
-// SnapshotCRDs returns the VolumeSnapshot, VolumeSnapshotContent, VolumeSnapshotClass and
-// SnapshotMetadataService CRD files shipped in the modules the main go.mod pins, so the
-// installed schemas match the generated clients the code uses.
+// SnapshotCRDs returns the VolumeSnapshot, VolumeSnapshotContent, VolumeSnapshotClass, their
+// VolumeGroupSnapshot counterparts and the SnapshotMetadataService CRD files shipped in the
+// modules the main go.mod pins, so the installed schemas match the generated clients the code
+// uses.
 func SnapshotCRDs(t testing.TB) []string {
 	t.Helper()
 	root := mainModuleDir()
@@ -120,7 +121,11 @@ func SnapshotCRDs(t testing.TB) []string {
 	}{
 		{"github.com/kubernetes-csi/external-snapshotter/client/v8", []string{
 			"snapshot.storage.k8s.io_volumesnapshotclasses.yaml", "snapshot.storage.k8s.io_volumesnapshotcontents.yaml",
-			"snapshot.storage.k8s.io_volumesnapshots.yaml"}},
+			"snapshot.storage.k8s.io_volumesnapshots.yaml",
+			// VolumeGroupSnapshots: served as v1 (and v1beta1, v1beta2) by v8.6.0, which its
+			// controllers use
+			"groupsnapshot.storage.k8s.io_volumegroupsnapshotclasses.yaml", "groupsnapshot.storage.k8s.io_volumegroupsnapshotcontents.yaml",
+			"groupsnapshot.storage.k8s.io_volumegroupsnapshots.yaml"}},
 		{"github.com/kubernetes-csi/external-snapshot-metadata/client", []string{"cbt.storage.k8s.io_snapshotmetadataservices.yaml"}},
 	} {
 		d := ModuleDir(t, root, m.module)
