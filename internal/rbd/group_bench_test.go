@@ -33,11 +33,12 @@ func samples(b *testing.B, n int, op func(i int) error, cleanup func(i int) erro
 	return row
 }
 
-// BenchmarkGroupSnapshotRestore measures what a restore from a group snapshot member costs
-// where librbd cannot clone from it (Pacific, Reef: a copy of the member's data) next to the
-// clone a plain CSI snapshot's restore is, each against its floor measured in the same run:
-// librbd's own copy (rbd_copy2 from the member opened by ID) and clone (rbd_clone3 of the plain
-// snapshot) on an open connection. It also measures CreateVolumeGroupSnapshot of two volumes
+// BenchmarkGroupSnapshotRestore measures what a restore from a group snapshot member costs —
+// a copy of the member's data where librbd cannot clone from it (Pacific, Reef), a clone by
+// snapshot ID where it can (Squid and later) — next to the clone a plain CSI snapshot's
+// restore is, each against its floor measured in the same run: librbd's own copy (rbd_copy2
+// from the member opened by ID) or clone by ID (rbd_clone4), and clone (rbd_clone3 of the plain
+// snapshot), on an open connection. It also measures CreateVolumeGroupSnapshot of two volumes
 // against librbd's group snapshot steps. The source holds 16 MiB of data in a 64 MiB image.
 func BenchmarkGroupSnapshotRestore(b *testing.B) {
 	e := newEnvIn(b, "")
@@ -104,9 +105,31 @@ func BenchmarkGroupSnapshotRestore(b *testing.B) {
 		}
 	}
 
+	// the member restore's floor is what librbd does for it here: a clone by snapshot ID
+	// where it has rbd_clone4, else a copy
+	memberSnap := func() (uint64, error) {
+		s, err := rbd.OpenImageReadOnly(e.io, srcImg, rbd.NoSnapshot)
+		if err != nil {
+			return 0, err
+		}
+		defer s.Close()
+		info, _, err := rbdname.MemberSnapshot(s, mid.PoolID, mid.SnapUID)
+		return info.Id, err
+	}
+	cloneByID := rbdcaps.Has(rbdcaps.Clone4)
 	b.ResetTimer()
-	copyFloor := samples(b, n, func(i int) error {
-		name := fmt.Sprintf("copy-floor-%d", i)
+	memberFloor := samples(b, n, func(i int) error {
+		name := fmt.Sprintf("member-floor-%d", i)
+		id, err := memberSnap()
+		if err != nil {
+			return err
+		}
+		if cloneByID {
+			if err := opts.SetUint64(rbd.ImageOptionCloneFormat, 2); err != nil {
+				return err
+			}
+			return rbd.CloneImageByID(e.io, srcImg, id, e.io, name, opts)
+		}
 		if err := rbd.CreateImage(e.io, name, size, opts); err != nil {
 			return err
 		}
@@ -115,11 +138,7 @@ func BenchmarkGroupSnapshotRestore(b *testing.B) {
 			return err
 		}
 		defer s.Close()
-		info, _, err := rbdname.MemberSnapshot(s, mid.PoolID, mid.SnapUID)
-		if err != nil {
-			return err
-		}
-		if err := s.SetSnapByID(info.Id); err != nil {
+		if err := s.SetSnapByID(id); err != nil {
 			return err
 		}
 		d, err := rbd.OpenImage(e.io, name, rbd.NoSnapshot)
@@ -128,7 +147,7 @@ func BenchmarkGroupSnapshotRestore(b *testing.B) {
 		}
 		defer d.Close()
 		return s.Copy2(d)
-	}, remove("copy-floor"))
+	}, remove("member-floor"))
 	fromMember := samples(b, n, restore("member", member), deleteRestored)
 	cloneFloor := samples(b, n, func(i int) error {
 		return rbd.CloneImage(e.io, srcImg, rbdname.Snapshot(pid.SnapUID), e.io, fmt.Sprintf("clone-floor-%d", i), opts)
@@ -166,16 +185,17 @@ func BenchmarkGroupSnapshotRestore(b *testing.B) {
 	})
 	b.StopTimer()
 
-	copyFloor.Name, cloneFloor.Name, groupFloor.Name = "librbd copy2 of member", "librbd clone of snapshot", "librbd group snapshot"
-	fromMember.Name, fromMember.Floor = "CreateVolume from member", &copyFloor
-	if rbdcaps.Has(rbdcaps.Clone4) {
-		fromMember.Name = "CreateVolume from member (clone)"
+	memberFloor.Name, fromMember.Name = "librbd copy2 of member", "CreateVolume from member (copy)"
+	if cloneByID {
+		memberFloor.Name, fromMember.Name = "librbd clone4 of member", "CreateVolume from member (clone)"
 	}
+	cloneFloor.Name, groupFloor.Name = "librbd clone of snapshot", "librbd group snapshot"
+	fromMember.Floor = &memberFloor
 	fromSnapshot.Name, fromSnapshot.Floor = "CreateVolume from snapshot", &cloneFloor
 	vsSnapshot := fromMember
 	vsSnapshot.Name, vsSnapshot.Floor = "  same, vs snapshot restore", &fromSnapshot
 	group.Name, group.Floor = "CreateVolumeGroupSnapshot x2", &groupFloor
-	benchstat.Report(b, copyFloor, fromMember, cloneFloor, fromSnapshot, vsSnapshot, groupFloor, group)
+	benchstat.Report(b, memberFloor, fromMember, cloneFloor, fromSnapshot, vsSnapshot, groupFloor, group)
 
 	if _, err := e.group.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: gs.GetGroupSnapshot().GetGroupSnapshotId(), Secrets: secrets}); err != nil {
 		b.Fatal(err)
