@@ -66,6 +66,17 @@ func (g *GroupController) DeleteVolumeGroupSnapshot(ctx context.Context, req *cs
 			}
 		}
 	}
+	// the members' volumes are locked too: a deleted one that only this group snapshot kept is
+	// removed, as DeleteSnapshot removes one under its volume's lock
+	ids := make([]string, len(volumes))
+	for i, v := range volumes {
+		ids[i] = v.String()
+	}
+	ctx, unlockVolumes, err := c.opts.Locks.TryLockContext(ctx, "DeleteVolumeGroupSnapshot", ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockVolumes()
 	if err := removeGroupSnapshot(ctx, p, gid.UID, rec, volumes); err != nil {
 		return nil, err
 	}
