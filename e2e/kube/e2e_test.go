@@ -47,6 +47,7 @@ func TestHelmChartEndToEnd(t *testing.T) {
 		{"changed blocks between two VolumeSnapshots", (*env).stepChangedBlocks},
 		{"VolumeGroupSnapshot of two PVCs is one point in time", (*env).stepGroupSnapshot},
 		{"CephFS volume, shallow read-only restore, expansion and node path", (*env).stepCephFS},
+		{"VolumeAttributesClass: QoS at create and switched live, a bad class refused", (*env).stepVolumeAttributesClass},
 		{"NetworkFence fences and unfences", (*env).stepFence},
 		{"no component was refused by RBAC", (*env).stepNoDenials},
 		{"helm uninstall removes every object but the kept Secrets", (*env).stepUninstall},

@@ -75,6 +75,14 @@ func (e *env) mountPV(pv *corev1.PersistentVolume, readOnly bool) *mounted {
 		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: src.FSType, MountFlags: pv.Spec.MountOptions}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
 	}
+	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
+		// the kubelet's paths for raw block: the pod sees a device file, not a directory
+		vc.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
+		m.target = filepath.Join(kubelet, "pods", "pod-"+pv.Name, "volumeDevices/kubernetes.io~csi", pv.Name)
+		if err := os.MkdirAll(filepath.Dir(m.target), 0o750); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	if _, err := m.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: src.VolumeHandle, StagingTargetPath: m.staging,
 		VolumeCapability: vc, Secrets: secrets, VolumeContext: src.VolumeAttributes}); err != nil {
 		e.t.Fatalf("NodeStageVolume %s: %v", pv.Name, err)

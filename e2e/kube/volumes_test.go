@@ -24,6 +24,8 @@ type claim struct {
 	mode              corev1.PersistentVolumeAccessMode
 	fromSnapshot      string
 	labels            map[string]string
+	attrClass         string // VolumeAttributesClass
+	block             bool   // volumeMode Block
 }
 
 // createPVC creates a claim and waits until the provisioner and the PV controller bound it.
@@ -37,6 +39,13 @@ func (e *env) createPVC(c claim) *corev1.PersistentVolume {
 			AccessModes:      []corev1.PersistentVolumeAccessMode{c.mode},
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(c.size)}},
 		},
+	}
+	if c.block {
+		mode := corev1.PersistentVolumeBlock
+		pvc.Spec.VolumeMode = &mode
+	}
+	if c.attrClass != "" {
+		pvc.Spec.VolumeAttributesClassName = &c.attrClass
 	}
 	if c.fromSnapshot != "" {
 		group := snapv1.GroupName
