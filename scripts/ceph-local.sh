@@ -298,7 +298,7 @@ cmd_start() {
 # ours <pid> <binary>: guards against PID reuse; only our daemons started with our ceph.conf are signalled.
 ours() {
   local cmd
-  cmd=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
   [[ $cmd == *"$2 "* && $cmd == *"$CONF"* ]]
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -89,8 +90,7 @@ func TestCrashChild(t *testing.T) {
 func runChild(t *testing.T, op crashOp, point string) {
 	t.Helper()
 	b, _ := json.Marshal(op)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), crashEnv+"="+string(b), faultpoint.EnvVar+"="+point)
+	cmd := childtest.Command(t, "TestCrashChild", crashEnv+"="+string(b), faultpoint.EnvVar+"="+point)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()

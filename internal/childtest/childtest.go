@@ -24,13 +24,22 @@ type Child struct {
 	lines chan string
 }
 
+// Command is the test binary run again for the test function named test, with env added to
+// this process's environment. Its temporary directories go under t's (TMPDIR): a helper that
+// is SIGKILLed on purpose never removes its own, and t removes them when it ends.
+func Command(t testing.TB, test string, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
+	cmd.Env = append(append(os.Environ(), "TMPDIR="+t.TempDir()), env...)
+	return cmd
+}
+
 // Start runs the test function named test (which must skip itself unless its environment
 // says it is the helper) with env added to this process's environment. The helper's stdin
 // closes, and the helper is waited for (killed after 30 s), when t ends.
 func Start(t testing.TB, test string, env ...string) *Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
-	cmd.Env = append(os.Environ(), env...)
+	cmd := Command(t, test, env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -490,8 +491,7 @@ func TestFenceCrashSafety(t *testing.T) {
 	c.cleanupRecords(t, cidr)
 	child := func(op, point string) {
 		t.Helper()
-		cmd := exec.Command(os.Args[0], "-test.run=^TestFenceCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), fenceCrashEnv+"="+op+" "+cidr, faultpoint.EnvVar+"="+point)
+		cmd := childtest.Command(t, "TestFenceCrashChild", fenceCrashEnv+"="+op+" "+cidr, faultpoint.EnvVar+"="+point)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {

@@ -16,6 +16,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -142,8 +143,7 @@ const holdEnv = "MONOCEPH_RBD_HOLD_IMAGE"
 // registers a watch) and SIGKILLs it: its watch stays until the OSD expires it.
 func (e *env) dieHoldingImage(t *testing.T, id string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHoldImageChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), holdEnv+"="+e.cl.RBDPool+"/"+e.ns+"/"+id)
+	cmd := childtest.Command(t, "TestHoldImageChild", holdEnv+"="+e.cl.RBDPool+"/"+e.ns+"/"+id)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
@@ -98,8 +99,7 @@ func TestReadOnlyLayerOfACrashedPublish(t *testing.T) {
 		t.Helper()
 		b, _ := json.Marshal(publishCrash{StateDir: r.s.opts.StateDir, ClusterMap: filepath.Join(filepath.Dir(r.s.opts.StateDir), "clusters.json"),
 			VolumeID: vol, Staging: staging, Target: target})
-		cmd := exec.Command(os.Args[0], "-test.run=^TestPublishCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), publishCrashEnv+"="+string(b), faultpoint.EnvVar+"=rbd.NodePublishVolume.read-only-layer")
+		cmd := childtest.Command(t, "TestPublishCrashChild", publishCrashEnv+"="+string(b), faultpoint.EnvVar+"=rbd.NodePublishVolume.read-only-layer")
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
