@@ -283,6 +283,7 @@ func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
 			return err
 		}
 	}
+	waitLoopsReleased(ctx, f.sys, file)
 	if err := f.unmount(ctx, dir); err != nil {
 		return err
 	}

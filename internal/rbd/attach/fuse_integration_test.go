@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,24 +36,21 @@ func (r *hostRecorder) Run(ctx context.Context, name string, args ...string) ([]
 	return r.x.Run(ctx, name, args...)
 }
 
-// TestFuseAttach attaches a real image with rbd-fuse: the command line is the one the Fuse
-// comment documents, the key file is gone when Attach returns, Attach is idempotent, Refresh
-// follows a resize without a remount, and Detach leaves nothing behind.
-func TestFuseAttach(t *testing.T) {
-	cl := cephtest.Env(t)
+// fuseImage makes a 32 MiB image in the test pool for a test, removed when it ends; onImage
+// runs fn with an IOContext of the pool.
+func fuseImage(t *testing.T) (cl cephtest.Cluster, name string, onImage func(fn func(*rados.IOContext) error) error) {
+	cl = cephtest.Env(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	p := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(p.Close)
-	conn, err := p.Get(ctx, cl.Monitors, cl.Admin)
+	conn, err := p.Get(context.Background(), cl.Monitors, cl.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	onImage := func(fn func(*rados.IOContext) error) error {
+	onImage = func(fn func(*rados.IOContext) error) error {
 		_, err := ceph.Call(context.Background(), conn, "librbd", func(c *rados.Conn) (struct{}, error) {
 			io, err := c.OpenIOContext(cl.RBDPool)
 			if err != nil {
@@ -62,7 +61,7 @@ func TestFuseAttach(t *testing.T) {
 		})
 		return err
 	}
-	name := fmt.Sprintf("attach-test-%d", time.Now().UnixNano())
+	name = fmt.Sprintf("attach-test-%d", time.Now().UnixNano())
 	if err := onImage(func(io *rados.IOContext) error {
 		o := rbd.NewRbdImageOptions()
 		defer o.Destroy()
@@ -71,13 +70,23 @@ func TestFuseAttach(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) { // a killed daemon's watch lasts 30 s
 			err := onImage(func(io *rados.IOContext) error { return rbd.RemoveImage(io, name) })
 			if err == nil || time.Now().After(deadline) {
 				return
 			}
 		}
 	})
+	return cl, name, onImage
+}
+
+// TestFuseAttach attaches a real image with rbd-fuse: the command line is the one the Fuse
+// comment documents, the key file is gone when Attach returns, Attach is idempotent, Refresh
+// follows a resize without a remount, and Detach leaves nothing behind.
+func TestFuseAttach(t *testing.T) {
+	cl, name, onImage := fuseImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 
 	rec := &hostRecorder{x: hostexec.New(time.Minute)}
 	f := NewFuse(rec)
@@ -175,5 +184,112 @@ func TestFuseAttach(t *testing.T) {
 	var u *Unhealthy
 	if err := f.Check(ctx, a); !errors.As(err, &u) || u.Reason != "NotMounted" {
 		t.Fatalf("Check after Detach = %v, want NotMounted", err)
+	}
+}
+
+// TestFuseDetachWhileLoopHeld: a process still holding the loop device open when Detach runs
+// (as udev does, probing it after the change event) keeps the device, and with it the image
+// file, until it lets go; Detach waits for that instead of failing to unmount "target is busy".
+func TestFuseDetachWhileLoopHeld(t *testing.T) {
+	cl, name, _ := fuseImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := NewFuse(hostexec.New(time.Minute))
+	work := t.TempDir()
+	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
+	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
+	a, err := f.Attach(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := os.Open(a.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(time.Second)
+		dev.Close()
+	}()
+	start := time.Now()
+	if err := f.Detach(ctx, a); err != nil {
+		t.Fatalf("Detach with the loop device held open for a second: %v", err)
+	}
+	if m, _ := hostmount.MountAt(a.FuseDir); m != nil || loopBacking(SysRoot, a.Device) != "" {
+		t.Fatalf("left behind: mount %v, loop %s", m, loopBacking(SysRoot, a.Device))
+	}
+	t.Logf("Detach waited %v for the holder", time.Since(start).Round(time.Millisecond))
+}
+
+// TestFuseDetachDeadMountPinnedElsewhere: a filesystem on the loop device stays mounted in
+// another mount namespace (a process that copied the host's mounts privately while the volume
+// was staged, as `unshare --mount` does) after the node unmounted its own, and the rbd-fuse
+// daemon has died. The node cannot unmount that copy; Detach must still leave nothing in its
+// own namespace (the dead mount detached lazily) instead of failing "target is busy" for ever,
+// and the kernel frees the loop device once the copy goes.
+func TestFuseDetachDeadMountPinnedElsewhere(t *testing.T) {
+	cl, name, _ := fuseImage(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	x := hostexec.New(time.Minute)
+	f := NewFuse(x)
+	work := t.TempDir()
+	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
+	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
+	a, err := f.Attach(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	if _, err := x.Run(ctx, "mkfs.ext4", "-q", a.Device); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Run(ctx, "mount", a.Device, mnt); err != nil {
+		t.Fatal(err)
+	}
+	// the copy: a process in a mount namespace of its own, made while the filesystem is mounted
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopHolder := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
+	t.Cleanup(stopHolder)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid)); strings.Contains(string(b), " "+mnt+" ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder's mount namespace never showed the filesystem")
+		}
+	}
+	if _, err := x.Run(ctx, "umount", mnt); err != nil {
+		t.Fatal(err)
+	}
+	pids, err := hostexec.Daemons("/proc", "rbd-fuse", a.FuseDir)
+	if err != nil || len(pids) != 1 {
+		t.Fatalf("rbd-fuse daemons %v, %v", pids, err)
+	}
+	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(a.FuseDir, name)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(file); errors.Is(err, syscall.ENOTCONN) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the rbd-fuse mount still answers after its daemon was killed")
+		}
+	}
+	if err := f.Detach(ctx, a); err != nil {
+		t.Fatalf("Detach of a dead mount pinned from another mount namespace: %v", err)
+	}
+	if m, _ := hostmount.MountAt(a.FuseDir); m != nil || exists(a.FuseDir) {
+		t.Fatalf("left behind in the node's namespace: mount %v, dir %v", m, exists(a.FuseDir))
+	}
+	stopHolder()
+	for deadline := time.Now().Add(10 * time.Second); loopBacking(SysRoot, a.Device) == file; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("loop device %s still on %s after the copy went", a.Device, file)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
@@ -36,6 +37,29 @@ func loopsBackedBy(sys, file string) ([]string, error) {
 		}
 	}
 	return devs, nil
+}
+
+// loopReleaseWait bounds waitLoopsReleased.
+const loopReleaseWait = 5 * time.Second
+
+// waitLoopsReleased waits, up to loopReleaseWait or ctx, until no loop device is backed by
+// file. `losetup --detach` of a device that another process still has open (udev probing it
+// after the change event, say) only marks it to clear itself on the last close: until then it
+// holds the file open, and unmounting the FUSE mount under it fails "target is busy". It gives
+// up quietly: the unmount then says why, or detaches a dead mount lazily.
+func waitLoopsReleased(ctx context.Context, sys, file string) {
+	deadline := time.Now().Add(loopReleaseWait)
+	for {
+		loops, err := loopsBackedBy(sys, file)
+		if err != nil || len(loops) == 0 || time.Now().After(deadline) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // loopBacking is the backing file name of a loop device, "" when the device is not set up.

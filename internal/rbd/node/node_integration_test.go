@@ -420,11 +420,15 @@ func TestDaemonDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertUnstaged(t, r, vol, staging, base)
-	// a loop device on the dead mount must not outlive it
-	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, f := range loops {
-		if b, _ := os.ReadFile(f); strings.Contains(string(b), img.Name) {
-			t.Fatalf("a loop device on the dead mount leaked: %s = %s", f, b)
+	// a loop device on the dead mount must not outlive it: detached, or marked to clear itself
+	// and gone once its last opener (udev probing it) lets go
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		dev, backing := loopOn(img.Name)
+		if dev == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a loop device on the dead mount leaked: %s on %s; mounted in the mount namespaces of %v", dev, backing, mountedElsewhere(dev))
 		}
 	}
 	// slow: attaching anew writes to the image, which waits until the OSDs drop the killed
@@ -439,6 +443,32 @@ func TestDaemonDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("staged and unstaged again in %v", time.Since(start))
+}
+
+// loopOn is a loop device backed by a file named name, and its backing file.
+func loopOn(name string) (dev, backing string) {
+	loops, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, f := range loops {
+		if b, _ := os.ReadFile(f); strings.Contains(string(b), name) {
+			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(f))), strings.TrimSpace(string(b))
+		}
+	}
+	return "", ""
+}
+
+// mountedElsewhere lists processes that have dev mounted in their mount namespace: a copy of
+// the node's mounts another process made privately (unshare --mount) keeps a loop device
+// busy, which the node cannot undo.
+func mountedElsewhere(dev string) []string {
+	var who []string
+	infos, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	for _, f := range infos {
+		if b, err := os.ReadFile(f); err == nil && strings.Contains(string(b), " "+dev+" ") {
+			cmd, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+			who = append(who, filepath.Base(filepath.Dir(f))+"/"+strings.TrimSpace(string(cmd)))
+		}
+	}
+	return who
 }
 
 // daemonOf finds the rbd-fuse process serving dir.
