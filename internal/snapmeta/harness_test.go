@@ -49,6 +49,12 @@ func newEnv(t testing.TB, opts Options) *env {
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	opts.Clusters, opts.Pool = store, pool
+	if opts.MaxStreamDuration == 0 {
+		// as the driver's default does: a stream stuck in librbd (one rbd_open_read_only hung
+		// for 29 minutes in a make test run, on a healthy cluster) fails its test, not the
+		// package's whole time budget
+		opts.MaxStreamDuration = 2 * time.Minute
+	}
 	e := &env{cl: cl, engine: NewEngine(opts)}
 
 	// the stream deadline as the driver sets it on the CSI socket
