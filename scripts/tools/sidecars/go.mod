@@ -3,6 +3,7 @@ module github.com/monoceph/monoceph/scripts/tools/sidecars
 go 1.26.0
 
 require (
+	github.com/kubernetes-csi/external-attacher/v4 v4.12.0
 	github.com/kubernetes-csi/external-provisioner/v6 v6.3.0
 	github.com/kubernetes-csi/external-resizer/v2 v2.2.0
 	github.com/kubernetes-csi/external-snapshotter/v8 v8.6.0
@@ -21,6 +22,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
+	github.com/evanphx/json-patch v5.9.11+incompatible // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
 	github.com/fsnotify/fsnotify v1.10.1 // indirect

@@ -10,6 +10,7 @@
 package tools
 
 import (
+	_ "github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher"
 	_ "github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner"
 	_ "github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer"
 	_ "github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter"
