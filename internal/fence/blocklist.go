@@ -39,6 +39,8 @@ type Listed struct {
 	// Ceph adds when it evicts a client): it does not block the rest of the address, so it
 	// neither counts as fencing that address nor is removed by unfencing.
 	Instance bool
+	// Inst is an instance entry's address as ip:port/nonce (the form watchers are listed in).
+	Inst string
 }
 
 // Blocklist is the OSD blocklist of one cluster. The monitors implement it (cephCluster); a
@@ -154,6 +156,9 @@ func parseListed(raw lsEntry) (Listed, error) {
 	}
 	l.Prefix = single(a)
 	l.Instance = port != "0" || nonce != "0"
+	if l.Instance {
+		l.Inst = net.JoinHostPort(a.String(), port) + "/" + nonce
+	}
 	return l, nil
 }
 
