@@ -25,6 +25,11 @@ type Options struct {
 	MaxCloneDepth int
 	// DefaultSize is used when a CreateVolume names no capacity.
 	DefaultSize int64
+	// Nodes, when set, lets ControllerPublishVolume answer NOT_FOUND for an unknown node.
+	Nodes NodeChecker
+	// Secrets, when set, gives the credentials of ControllerPublishVolume and
+	// ControllerUnpublishVolume requests that carry none (see publishSecrets).
+	Secrets func(context.Context) (map[string]string, error)
 }
 
 // Controller is the CSI Controller service for RBD.
@@ -83,6 +88,8 @@ func (c *Controller) ControllerGetCapabilities(context.Context, *csi.ControllerG
 		csi.ControllerServiceCapability_RPC_GET_CAPACITY,
 		csi.ControllerServiceCapability_RPC_SINGLE_NODE_MULTI_WRITER,
 		csi.ControllerServiceCapability_RPC_MODIFY_VOLUME,
+		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
+		csi.ControllerServiceCapability_RPC_PUBLISH_READONLY,
 	), nil
 }
 

@@ -17,12 +17,13 @@ import (
 
 // crashOp is one RPC a child process runs until it dies at a fault point.
 type crashOp struct {
-	Kind   string // create, snapshot, delete-volume, delete-snapshot, group-snapshot, delete-group-snapshot
+	Kind   string // create, snapshot, delete-volume, delete-snapshot, group-snapshot, delete-group-snapshot, publish, unpublish
 	Name   string
 	IDs    []string // source volumes, for group-snapshot
 	SrcSn  string   // source snapshot ID, for create
 	SrcVol string   // source volume ID, for create and snapshot
-	ID     string   // volume or snapshot ID, for deletes
+	ID     string   // volume or snapshot ID, for deletes, publish and unpublish
+	Node   string   // for publish and unpublish
 	NS     string
 }
 
@@ -54,6 +55,10 @@ func TestCrashChild(t *testing.T) {
 		_, err = e.group.CreateVolumeGroupSnapshot(ctx, e.groupReq(op.Name, op.IDs...))
 	case "delete-group-snapshot":
 		_, err = e.group.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: op.ID, Secrets: e.cl.Secrets()})
+	case "publish":
+		_, err = e.client.ControllerPublishVolume(ctx, e.publishReq(op.ID, op.Node, capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false), false))
+	case "unpublish":
+		err = e.unpublish(t, op.ID, op.Node)
 	}
 	t.Fatalf("child survived its fault point (err %v): the fault point is never reached", err)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -75,6 +76,10 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, err
 	}
 	faultpoint.Hit("rbd.DeleteVolume.image")
+	// publications and node addresses of a volume the CO deleted without unpublishing
+	if err := attachment.Remove(ctx, p, id.UID); err != nil {
+		return nil, err
+	}
 	if rec != nil {
 		// the parent's location comes from the journal, not from the clone: a retry after a
 		// crash right after the clone went must still find it

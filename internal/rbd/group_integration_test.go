@@ -75,11 +75,19 @@ func ids(snaps []*csi.Snapshot) []string {
 	return out
 }
 
-func wantCode(t *testing.T, what string, err error, code codes.Code) {
+func wantCode(t *testing.T, what string, err error, code codes.Code, msgHas ...string) bool {
 	t.Helper()
 	if status.Code(err) != code {
 		t.Errorf("%s: %v, want %v", what, err, code)
+		return false
 	}
+	for _, m := range msgHas {
+		if !strings.Contains(status.Convert(err).Message(), m) {
+			t.Errorf("%s: %q does not name %q", what, status.Convert(err).Message(), m)
+			return false
+		}
+	}
+	return true
 }
 
 // TestGroupSnapshotLifecycle drives a group snapshot of two volumes through everything the CSI
