@@ -87,6 +87,7 @@ func newRig(t *testing.T) *rig {
 	t.Cleanup(conn.Release)
 	rec := &recorder{x: hostexec.New(time.Minute)}
 	r := &rig{t: t, s: newTestServer(t, cl.ClusterMap(), rec), cl: cl, conn: conn, rec: rec, ctx: ctx}
+	r.s.opts.Pool = p // the node records its addresses and checks who holds an image
 	key := cl.Admin.Key()
 	t.Cleanup(func() {
 		rec.mu.Lock()

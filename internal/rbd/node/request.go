@@ -24,7 +24,8 @@ type access struct {
 	block      bool
 	fsType     string // mount only; defaulted
 	mountFlags []string
-	readOnly   bool // a reader-only access mode
+	readOnly   bool // a reader-only access mode, or published read-only
+	mode       csi.VolumeCapability_AccessMode_Mode
 }
 
 // parseCapability checks a volume capability: an access type and an access mode must be set
@@ -35,7 +36,7 @@ func parseCapability(c *csi.VolumeCapability) (access, error) {
 	if err != nil {
 		return access{}, err
 	}
-	a := access{readOnly: readOnly}
+	a := access{readOnly: readOnly, mode: c.GetAccessMode().GetMode()}
 	switch t := c.GetAccessType().(type) {
 	case *csi.VolumeCapability_Block:
 		a.block = true
@@ -80,8 +81,16 @@ func parseStage(req *csi.NodeStageVolumeRequest) (stageRequest, error) {
 	if r.cred, err = nodereq.Credentials(req.GetSecrets()); err != nil {
 		return r, err
 	}
+	// published read-only (PUBLISH_READONLY): attach a device that refuses writes
+	if req.GetPublishContext()[publishContextReadOnly] == "true" {
+		r.access.readOnly = true
+	}
 	return r, nil
 }
+
+// publishContextReadOnly is the publish_context key of a read-only ControllerPublishVolume
+// (rbd.PublishContextReadOnly; the node does not import the controller).
+const publishContextReadOnly = "readonly"
 
 // publishRequest is a checked NodePublishVolumeRequest.
 type publishRequest struct {

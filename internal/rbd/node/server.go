@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/nodereq"
@@ -37,6 +38,10 @@ type Options struct {
 	// checking or growing the filesystem of a large volume takes far longer than any Ceph
 	// operation, and killing it half way helps nobody.
 	FilesystemTimeout time.Duration
+	// Pool connects to Ceph as the node-stage credentials, to record this node's client
+	// addresses with the volume and to check who else holds the image (see claim). Without it
+	// (unit tests) neither happens.
+	Pool *ceph.Pool
 }
 
 // Defaults of Options.Timeout and Options.FilesystemTimeout.

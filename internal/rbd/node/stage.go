@@ -46,6 +46,9 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if err != nil {
 		return nil, err
 	}
+	if err := s.claim(ctx, r, cluster.MonHost()); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(r.stagingPath, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "staging_target_path: %v", err)
 	}
