@@ -100,6 +100,10 @@ func (f *Fuse) Args(r Request, keyFile string) []string {
 			fuseOpts = append(fuseOpts, o)
 		}
 	}
+	if r.Node != "" {
+		// after the volume's own settings, which may not set client_metadata (reserved)
+		args = append(args, "--client_metadata="+NodeMetadataKey+"="+r.Node)
+	}
 	if r.ReadOnly {
 		fuseOpts = append(fuseOpts, "ro") // last, so no option before it can undo it
 	}

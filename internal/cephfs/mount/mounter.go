@@ -28,7 +28,14 @@ type Request struct {
 	// WorkDir is a private (0700) directory the mount owns for its lifetime: key files while
 	// the helper runs, and ceph-fuse's admin socket, log and configuration.
 	WorkDir string
+	// Node is the ID of the node mounting. ceph-fuse announces it in its MDS session metadata
+	// (NodeMetadataKey), where fencing a lost node finds that node's sessions; kernel clients
+	// are found by the hostname they announce.
+	Node string
 }
+
+// NodeMetadataKey is the MDS session metadata key holding the node ID of a ceph-fuse mount.
+const NodeMetadataKey = "monoceph.node"
 
 // Mounter mounts CephFS one way.
 type Mounter interface {

@@ -21,7 +21,7 @@ var reservedFuseOptions = []string{"fsname", "subtype"}
 var (
 	allowedCephPrefixes = []string{"client_", "fuse_", "debug_"}
 	reservedCephOptions = []string{"client_mountpoint", "client_fs", "client_mds_namespace", "client_mount_timeout",
-		"client_mount_uid", "client_mount_gid"}
+		"client_mount_uid", "client_mount_gid", "client_metadata"}
 )
 
 // Kernel options mount.ceph takes for identity, key, filesystem and monitors.

@@ -205,6 +205,7 @@ func (s *Server) mountStaging(ctx context.Context, rec *record, cred ceph.Creden
 		Options:  rec.Options,
 		Cred:     cred,
 		WorkDir:  rec.WorkDir,
+		Node:     s.opts.NodeID,
 	})
 	if err != nil {
 		return errorStatus(fmt.Sprintf("mounting %s:%s at %s with %s", rec.FSName, rec.MountedPath, rec.StagingPath, rec.Mounter), err)
