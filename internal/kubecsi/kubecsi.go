@@ -1,0 +1,140 @@
+// Package kubecsi is what a controller reads from the Kubernetes API when a CSI call carries too
+// little: its own Ceph credentials, from a Secret, for publish calls without secrets and for
+// fencing; and whether a node ID names a node of the cluster (its CSINode object).
+package kubecsi
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/monoceph/monoceph/internal/ceph"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Config loads the API server configuration: kubeconfig when given, else $KUBECONFIG, else
+// the pod's service account.
+func Config(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
+// SecretRef names a Secret: "<namespace>/<name>".
+type SecretRef struct{ Namespace, Name string }
+
+// ParseSecretRef reads "<namespace>/<name>".
+func ParseSecretRef(s string) (SecretRef, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return SecretRef{}, fmt.Errorf("%q: want <namespace>/<name>", s)
+	}
+	return SecretRef{Namespace: ns, Name: name}, nil
+}
+
+func (r SecretRef) String() string { return r.Namespace + "/" + r.Name }
+
+// Credentials reads Ceph credentials (userID, userKey) from a Secret through the API, by
+// name, on every call: a rotated key is used at once, and the controller needs `get` on that
+// one Secret only. The API server is not the controller's disk: the key never lands in a
+// file, and nothing mounts the Secret into the pod.
+type Credentials struct {
+	kc  kubernetes.Interface
+	ref SecretRef
+	// Timeout bounds one read.
+	Timeout time.Duration
+}
+
+// NewCredentials reads ref through kc.
+func NewCredentials(kc kubernetes.Interface, ref SecretRef) *Credentials {
+	return &Credentials{kc: kc, ref: ref, Timeout: 10 * time.Second}
+}
+
+// Secrets returns the Secret's data in the form CSI secrets take.
+func (c *Credentials) Secrets(ctx context.Context) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	s, err := c.kc.CoreV1().Secrets(c.ref.Namespace).Get(ctx, c.ref.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Secret %s: %w", c.ref, err)
+	}
+	out := map[string]string{}
+	for _, k := range []string{ceph.SecretUserID, ceph.SecretUserKey} {
+		if v, ok := s.Data[k]; ok {
+			out[k] = string(v)
+		}
+	}
+	if _, err := ceph.CredentialsFromSecrets(out); err != nil {
+		return nil, fmt.Errorf("Secret %s: %w", c.ref, err)
+	}
+	return out, nil
+}
+
+// Cred is Secrets as ceph.Credentials.
+func (c *Credentials) Cred(ctx context.Context) (ceph.Credentials, error) {
+	s, err := c.Secrets(ctx)
+	if err != nil {
+		return ceph.Credentials{}, err
+	}
+	return ceph.CredentialsFromSecrets(s)
+}
+
+// CSINodes answers whether a node ID names a node where this driver's node plugin
+// registered: the CSINode object of that name (the kubelet names it after the node, and the
+// chart's node ID is the node name) lists the driver with that ID. The external-attacher finds
+// node IDs the same way.
+type CSINodes struct {
+	kc     kubernetes.Interface
+	driver string
+}
+
+// NewCSINodes looks nodes up through kc for driver.
+func NewCSINodes(kc kubernetes.Interface, driver string) *CSINodes {
+	return &CSINodes{kc: kc, driver: driver}
+}
+
+// NodeExists implements rbd.NodeChecker. The CSINode named like the node ID answers at once;
+// a node ID that is not its node's name is looked for among all CSINodes.
+func (n *CSINodes) NodeExists(ctx context.Context, nodeID string) (bool, error) {
+	cn, err := n.kc.StorageV1().CSINodes().Get(ctx, nodeID, metav1.GetOptions{})
+	switch {
+	case err == nil && n.registers(cn, nodeID):
+		return true, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return false, err
+	}
+	list, err := n.kc.StorageV1().CSINodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err
+	}
+	for i := range list.Items {
+		if n.registers(&list.Items[i], nodeID) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func (n *CSINodes) registers(cn *storagev1.CSINode, nodeID string) bool {
+	for _, d := range cn.Spec.Drivers {
+		if d.Name == n.driver && d.NodeID == nodeID {
+			return true
+		}
+	}
+	return false
+}
+
+// OneNode knows a single node: an all-in-one process (controller and node service together)
+// without a Kubernetes API, as the sanity suite and `make run` start it.
+type OneNode string
+
+// NodeExists implements rbd.NodeChecker.
+func (n OneNode) NodeExists(_ context.Context, nodeID string) (bool, error) {
+	return nodeID == string(n), nil
+}
