@@ -1,0 +1,394 @@
+package nodefence
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ceph/go-ceph/rbd"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/fence"
+	"github.com/monoceph/monoceph/internal/kubetest"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
+	"github.com/monoceph/monoceph/internal/volid"
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const testDriver = "rbd.fencetest.monoceph.io"
+
+// childEnv carries what TestFencerChild needs: the kubeconfig of the test's control plane.
+const childEnv = "MONOCEPH_FENCER_CHILD"
+
+// rig is a control plane, the local Ceph cluster and an admin connection.
+type rig struct {
+	t    *testing.T
+	cl   cephtest.Cluster
+	kc   kubernetes.Interface
+	dyn  dynamic.Interface
+	conn *ceph.Conn
+	pool *ceph.Pool
+	ctx  context.Context
+}
+
+func newRig(t *testing.T, kubeconfig string) *rig {
+	cl := cephtest.Env(t)
+	r := &rig{t: t, cl: cl}
+	if kubeconfig == "" {
+		cp := kubetest.Start(t, kubetest.Options{})
+		kubeconfig = cp.Kubeconfig(t, cp.AdminToken)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.kc, r.dyn = kubernetes.NewForConfigOrDie(cfg), dynamic.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	r.ctx = ctx
+	r.pool = ceph.NewPool(ceph.PoolOptions{})
+	t.Cleanup(r.pool.Close)
+	if r.conn, err = r.pool.Get(ctx, cl.Monitors, cl.Admin); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.conn.Release)
+	return r
+}
+
+// fencer builds a fencer of testDriver with the admin's credentials and quick leases.
+func (r *rig) fencer(backend Backend) *Fencer {
+	f, err := New(Options{Kube: r.kc, Dynamic: r.dyn, Driver: testDriver, Namespace: "default", Identity: "test-" + fmt.Sprint(os.Getpid()),
+		Backend: backend, Fencers: r.fencers, LeaseDuration: 4 * time.Second, RenewDeadline: 3 * time.Second, RetryPeriod: time.Second})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return f
+}
+
+func (r *rig) connect(ctx context.Context, clusterID string) (*ceph.Conn, error) {
+	if clusterID != r.cl.ID {
+		return nil, fmt.Errorf("unknown cluster %q", clusterID)
+	}
+	return r.pool.Get(ctx, r.cl.Monitors, r.cl.Admin)
+}
+
+func (r *rig) fencers(ctx context.Context, clusterID string) (*fence.Direct, v1.Cluster, func(), error) {
+	conn, err := r.connect(ctx, clusterID)
+	if err != nil {
+		return nil, v1.Cluster{}, nil, err
+	}
+	cl := r.cl.ClusterMap()[0]
+	return fence.NewDirect(conn, cl, fence.Options{Expiry: 15 * time.Minute}), cl, conn.Release, nil
+}
+
+// run starts f until the test (or stop) ends.
+func run(t *testing.T, f *Fencer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f.Run(ctx) }()
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
+}
+
+func (r *rig) blocklisted(a string) bool {
+	bl, err := fence.ListBlocklist(r.ctx, r.conn)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, l := range bl {
+		if l.Range && l.Prefix == netip.MustParsePrefix(a+"/32") {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *rig) waitFor(what string, cond func() bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (r *rig) setTaint(node string, on bool) {
+	r.t.Helper()
+	n, err := r.kc.CoreV1().Nodes().Get(r.ctx, node, metav1.GetOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	n.Spec.Taints = nil
+	if on {
+		n.Spec.Taints = []corev1.Taint{{Key: OutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}}
+	}
+	if _, err := r.kc.CoreV1().Nodes().Update(r.ctx, n, metav1.UpdateOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) record(node string) *Record {
+	rec, err := (&store{kc: r.kc, namespace: "default", name: testDriver + "-fencing"}).load(r.ctx, node)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return rec
+}
+
+func (r *rig) events(node, reason string) int {
+	list, err := r.kc.CoreV1().Events("").List(r.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + node + ",reason=" + reason})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return len(list.Items)
+}
+
+// rbdVolume makes what a published, staged RBD volume of node leaves in Ceph and Kubernetes:
+// the image, its attachment object with the node's recorded addresses, a PV and a
+// VolumeAttachment.
+func (r *rig) rbdVolume(ns, node string, addrs ...string) (image string) {
+	t := r.t
+	io, err := r.conn.Rados().OpenIOContext(r.cl.RBDPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(io.Destroy)
+	if err := rbd.NamespaceCreate(io, ns); err != nil {
+		t.Fatal(err)
+	}
+	io.SetNamespace(ns)
+	uid, _ := volid.NewUID('f')
+	image = rbdname.Image(uid)
+	opts := rbd.NewRbdImageOptions()
+	defer opts.Destroy()
+	if err := rbd.CreateImage(io, image, 8<<20, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = rbd.RemoveImage(io, image)
+		_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
+		io.SetNamespace("")
+		_ = rbd.NamespaceRemove(io, ns)
+	})
+	var recorded []netip.Addr
+	for _, a := range addrs {
+		recorded = append(recorded, netip.MustParseAddr(a))
+	}
+	loc := radosop.Location{Conn: r.conn, Pool: r.cl.RBDPool, Namespace: ns}
+	if _, err := attachment.Modify(r.ctx, loc, uid, "test", func(st *attachment.State) error {
+		st.Published[node] = attachment.Publication{Mode: "SINGLE_NODE_WRITER"}
+		st.Clients[node] = attachment.Clients{Addrs: recorded, At: time.Now()}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	handle := volid.RBDVolume{ClusterID: r.cl.ID, PoolID: io.GetPoolID(), Namespace: ns, UID: uid}.String()
+	pvName := "pv-" + uid
+	_, err = r.kc.CoreV1().PersistentVolumes().Create(r.ctx, &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: pvName},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("8Mi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: testDriver, VolumeHandle: handle}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.kc.StorageV1().VolumeAttachments().Create(r.ctx, &storagev1.VolumeAttachment{
+		ObjectMeta: metav1.ObjectMeta{Name: "va-" + uid},
+		Spec:       storagev1.VolumeAttachmentSpec{Attacher: testDriver, NodeName: node, Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: &pvName}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return image
+}
+
+func (r *rig) node(name string) {
+	if _, err := r.kc.CoreV1().Nodes().Create(r.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// TestFenceOutOfServiceRBD: the out-of-service taint fences the addresses the node recorded for
+// its RBD volumes, the writer there is cut off, and removing the taint lifts exactly the
+// fencer's own entries: not one that was there before, nor one a NetworkFence holds. A fencer
+// killed right after it recorded its intent, before touching the blocklist, is finished by the
+// next one.
+func TestFenceOutOfServiceRBD(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("in the child")
+	}
+	cl := cephtest.Env(t)
+	cp := kubetest.Start(t, kubetest.Options{})
+	kubeconfig := cp.Kubeconfig(t, cp.AdminToken)
+	r := newRig(t, kubeconfig)
+	csiAddons := kubetest.ModuleDir(t, "../../scripts/tools/csi-addons", "github.com/csi-addons/kubernetes-csi-addons")
+	cp.ApplyCRDs(t, filepath.Join(csiAddons, "deploy/controller/crds.yaml"))
+	// .2: the node's writer; .3: recorded too, but fenced before by somebody else
+	const writer, other = "127.0.0.2", "127.0.0.3"
+	r.node("node-a")
+	ns := fmt.Sprintf("fence%d", time.Now().UnixNano()%1e9)
+	image := r.rbdVolume(ns, "node-a", writer, other)
+	d, _, release, err := r.fencers(r.ctx, cl.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	cleanup := []netip.Prefix{netip.MustParsePrefix(writer + "/32"), netip.MustParsePrefix(other + "/32")}
+	t.Cleanup(func() { _, _ = d.Unfence(context.Background(), cleanup) })
+	if _, err := d.Fence(r.ctx, cleanup[1:]); err != nil {
+		t.Fatal(err)
+	}
+	hold := cl.HoldImage(t, writer, cl.RBDPool, ns, image, true)
+	defer hold()
+
+	r.setTaint("node-a", true)
+	runChild(t, kubeconfig, "nodefence.recorded")
+	rec := r.record("node-a")
+	if rec == nil || len(rec.Clusters[cl.ID].CIDRs) != 2 || fmt.Sprint(rec.Clusters[cl.ID].Preexisting) != "["+other+"/32]" {
+		t.Fatalf("record after the killed fencer: %+v", rec)
+	}
+	if r.blocklisted(writer) {
+		t.Fatal("the killed fencer got to the blocklist: the fault point is not before it")
+	}
+	start := time.Now()
+	stop := run(t, r.fencer(&RBD{Driver: testDriver, Connect: r.connect}))
+	r.waitFor("the writer's address fenced", func() bool { return r.blocklisted(writer) })
+	t.Logf("fenced %v after the next fencer started (lease taken over from the killed one)", time.Since(start).Round(time.Millisecond))
+	r.waitFor("a Fenced event on the node", func() bool { return r.events("node-a", "Fenced") > 0 })
+
+	r.setTaint("node-a", false)
+	r.waitFor("the fencer's entry removed", func() bool { return !r.blocklisted(writer) })
+	r.waitFor("the record removed", func() bool { return r.record("node-a") == nil })
+	if !r.blocklisted(other) {
+		t.Fatal("unfencing removed an entry it did not make")
+	}
+
+	// a NetworkFence fencing the same address meanwhile keeps it fenced
+	r.setTaint("node-a", true)
+	r.waitFor("the writer's address fenced again", func() bool { return r.blocklisted(writer) })
+	nf := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "NetworkFence", "metadata": map[string]any{"name": "keep"},
+		"spec": map[string]any{"driver": testDriver, "fenceState": "Fenced", "cidrs": []any{writer + "/32"},
+			"secret": map[string]any{"name": "x", "namespace": "default"}, "parameters": map[string]any{"clusterID": cl.ID}},
+	}}
+	if _, err := r.dyn.Resource(networkFences).Create(r.ctx, nf, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.setTaint("node-a", false)
+	r.waitFor("the record removed", func() bool { return r.record("node-a") == nil })
+	if !r.blocklisted(writer) {
+		t.Fatal("unfencing lifted an address a NetworkFence fences")
+	}
+	stop()
+	if n := r.events("node-a", "Unfenced"); n == 0 {
+		t.Error("no Unfenced event on the node")
+	}
+}
+
+// TestFencerChild is the fencer TestFenceOutOfServiceRBD kills at a fault point.
+func TestFencerChild(t *testing.T) {
+	kubeconfig := os.Getenv(childEnv)
+	if kubeconfig == "" {
+		t.Skip("child process of TestFenceOutOfServiceRBD only")
+	}
+	r := newRig(t, kubeconfig)
+	f := r.fencer(&RBD{Driver: testDriver, Connect: r.connect})
+	f.opts.Identity = "child"
+	run(t, f)
+	time.Sleep(time.Minute)
+	t.Fatal("the child fencer was not killed at its fault point")
+}
+
+func runChild(t *testing.T, kubeconfig, point string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestFencerChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+kubeconfig, faultpoint.EnvVar+"="+point)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child fencer at %s: %v, want death by SIGKILL; output:\n%s", point, err, out.String())
+	}
+}
+
+// TestFenceOutOfServiceCephFS: a node's ceph-fuse session (found by the node ID it announces)
+// is fenced by address and evicted.
+func TestFenceOutOfServiceCephFS(t *testing.T) {
+	if os.Getenv(childEnv) != "" {
+		t.Skip("in the child")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	r := newRig(t, "")
+	cl := r.cl
+	r.node("node-b")
+	const addr = "127.0.0.2"
+	dir := t.TempDir()
+	mnt := exec.Command("ceph-fuse", "-c", os.Getenv("CEPH_CONF"), "--keyring", os.Getenv("CEPH_KEYRING"), "--id", cl.Admin.ID,
+		"--client_fs", cl.FSName, "--client_metadata=monoceph.node=node-b", "--admin_socket=", "--pid_file=", "--log_file=", dir)
+	mnt.Env = append(os.Environ(), cephtest.BindSrcEnv(t, addr)...)
+	if out, err := mnt.CombinedOutput(); err != nil {
+		t.Fatalf("ceph-fuse: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+	backend := &CephFS{Connect: r.connect, Clusters: func() []string { return []string{cl.ID} }}
+	clients, err := backend.Clients(r.ctx, "node-b")
+	if err != nil || fmt.Sprint(clients[cl.ID]) != "["+addr+"]" {
+		t.Fatalf("clients of node-b: %v, %v; want %s", clients, err, addr)
+	}
+	d, _, release, err := r.fencers(r.ctx, cl.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	cidr := []netip.Prefix{netip.MustParsePrefix(addr + "/32")}
+	t.Cleanup(func() { _, _ = d.Unfence(context.Background(), cidr) })
+	run(t, r.fencer(backend))
+	r.setTaint("node-b", true)
+	r.waitFor("node-b fenced", func() bool { return r.blocklisted(addr) })
+	r.waitFor("node-b's session evicted", func() bool {
+		ss, err := r.sessions()
+		return err == nil && !strings.Contains(ss, "node-b")
+	})
+	r.setTaint("node-b", false)
+	r.waitFor("node-b unfenced", func() bool { return !r.blocklisted(addr) })
+}
+
+// sessions is the JSON of every active MDS's client list.
+func (r *rig) sessions() (string, error) {
+	ss, err := listSessions(r.ctx, r.conn)
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(fmt.Sprintf("%+v", ss))
+	return string(b), nil
+}

@@ -1,0 +1,144 @@
+package nodefence
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
+	"github.com/monoceph/monoceph/internal/rbd/holder"
+	"github.com/monoceph/monoceph/internal/rbd/rbdname"
+	"github.com/monoceph/monoceph/internal/volid"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+)
+
+// Connect opens a connection to a cluster of the map as the controller itself, and resolves
+// pool IDs there.
+type Connect func(ctx context.Context, clusterID string) (*ceph.Conn, error)
+
+// RBD finds the clients of a node through its VolumeAttachments: each names a PV of this
+// driver, whose volume's attachment object holds the addresses the node's plugin recorded at
+// NodeStageVolume. A volume the node staged before plugins recorded addresses, and that is
+// published to that node only, counts its current clients (watchers and lock owner) as the
+// node's.
+type RBD struct {
+	Driver  string
+	Connect Connect
+
+	vas storagelisters.VolumeAttachmentLister
+	pvs corelisters.PersistentVolumeLister
+}
+
+// nodeIDAnnotation is where the external-attacher notes the CSI node ID of an attachment.
+const nodeIDAnnotation = "csi.alpha.kubernetes.io/node-id"
+
+// Watch implements Backend: a new or changed attachment of a node may bring new clients.
+func (b *RBD) Watch(f informers.SharedInformerFactory, enqueue func(string)) {
+	vas := f.Storage().V1().VolumeAttachments()
+	b.vas, b.pvs = vas.Lister(), f.Core().V1().PersistentVolumes().Lister()
+	f.Core().V1().PersistentVolumes().Informer() // registered, so the factory starts and syncs it
+	_, _ = vas.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { enqueueVA(o, enqueue) },
+		UpdateFunc: func(_, o any) { enqueueVA(o, enqueue) },
+	})
+}
+
+func enqueueVA(o any, enqueue func(string)) {
+	if va, ok := o.(*storagev1.VolumeAttachment); ok {
+		enqueue(va.Spec.NodeName)
+	}
+}
+
+// Clients implements Backend.
+func (b *RBD) Clients(ctx context.Context, node string) (map[string][]netip.Addr, error) {
+	all, err := b.vas.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]netip.Addr{}
+	for _, va := range all {
+		if va.Spec.Attacher != b.Driver || va.Spec.NodeName != node || va.Spec.Source.PersistentVolumeName == nil {
+			continue
+		}
+		pv, err := b.pvs.Get(*va.Spec.Source.PersistentVolumeName)
+		if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != b.Driver {
+			continue // gone, or not ours
+		}
+		id, err := volid.ParseRBDVolume(pv.Spec.CSI.VolumeHandle)
+		if err != nil {
+			continue
+		}
+		nodeID := va.Annotations[nodeIDAnnotation]
+		if nodeID == "" {
+			nodeID = node
+		}
+		addrs, err := b.volumeClients(ctx, id, nodeID)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range addrs {
+			if !slices.Contains(out[id.ClusterID], a) {
+				out[id.ClusterID] = append(out[id.ClusterID], a)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (b *RBD) volumeClients(ctx context.Context, id volid.RBDVolume, nodeID string) ([]netip.Addr, error) {
+	conn, err := b.Connect(ctx, id.ClusterID)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	pool, err := ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (string, error) { return r.GetPoolByID(id.PoolID) })
+	if ceph.Is(err, ceph.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	loc := radosop.Location{Conn: conn, Pool: pool, Namespace: id.Namespace}
+	st, err := attachment.Read(ctx, loc, id.UID)
+	if err != nil {
+		return nil, err
+	}
+	if c := st.Clients[nodeID]; len(c.Addrs) > 0 {
+		return c.Addrs, nil
+	}
+	if nodes := st.Nodes(); len(nodes) != 1 || nodes[0] != nodeID {
+		return nil, nil
+	}
+	image := rbdname.Image(id.UID)
+	hs, err := radosop.With(ctx, loc, "list clients of "+image, func(io *rados.IOContext) (holder.Set, error) {
+		return holder.List(io, image)
+	})
+	if ceph.Is(err, ceph.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []netip.Addr
+	for _, h := range hs {
+		if !slices.Contains(out, h.Addr) {
+			out = append(out, h.Addr)
+		}
+	}
+	klog.FromContext(ctx).Info("No recorded client addresses for a volume published to the node only; taking its current clients",
+		"volume", id.String(), "addrs", out)
+	return out, nil
+}
+
+// Cut implements Backend: for RBD the blocklist is all it takes (OSDs drop the watches of
+// blocklisted clients, and librbd breaks their locks).
+func (b *RBD) Cut(context.Context, string, string, []netip.Addr) error { return nil }
