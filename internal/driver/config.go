@@ -71,6 +71,8 @@ type Config struct {
 
 	// SnapshotMetadata configures changed block tracking (RBD controller only).
 	SnapshotMetadata SnapshotMetadataConfig
+	// Attach configures the controllers' own credentials and out-of-service fencing.
+	Attach AttachConfig
 
 	CephTimeouts  ceph.Timeouts
 	ConnIdleTTL   time.Duration
@@ -138,6 +140,9 @@ func (c *Config) Complete() error {
 		return fmt.Errorf("--cephfs-clone-wait=%v: must not be negative", c.CephFSCloneWait)
 	}
 	if err := c.completeCSIAddons(); err != nil {
+		return err
+	}
+	if err := c.completeAttach(); err != nil {
 		return err
 	}
 	return c.completeSnapshotMetadata()

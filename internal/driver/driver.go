@@ -14,6 +14,7 @@ import (
 	cephfsnode "github.com/monoceph/monoceph/internal/cephfs/node"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/health"
+	"github.com/monoceph/monoceph/internal/nodefence"
 	"github.com/monoceph/monoceph/internal/rbd"
 	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
 	"github.com/monoceph/monoceph/internal/server"
@@ -41,6 +42,9 @@ type Driver struct {
 	snapTLS *snapmeta.TLSServer // the Kubernetes-facing snapshot metadata API; nil when off
 	http    *server.HTTP
 	ready   atomic.Bool
+
+	kube   *kube             // Kubernetes API access of controllers (attach.go); nil when not needed
+	fencer *nodefence.Fencer // out-of-service fencing; nil when off
 }
 
 // New validates cfg, loads the cluster map and opens the listeners, so every misconfiguration
@@ -103,9 +107,11 @@ func New(cfg Config) (*Driver, error) {
 func (d *Driver) register() error {
 	var caps []*csi.PluginCapability
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
-		ctrl := rbd.NewController(rbd.Options{
-			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
-		})
+		o := rbd.Options{Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth}
+		if err := d.rbdPublishOptions(&o); err != nil {
+			return err
+		}
+		ctrl := rbd.NewController(o)
 		csi.RegisterControllerServer(d.grpc.Server, ctrl)
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE), d.registerGroupController(ctrl.Group()))
@@ -133,7 +139,9 @@ func (d *Driver) register() error {
 	csi.RegisterIdentityServer(d.grpc.Server, &identity{
 		name: d.cfg.DriverName, version: version.Get(), caps: caps, ready: &d.ready,
 	})
-	return nil
+	var err error
+	d.fencer, err = d.newFencer()
+	return err
 }
 
 // nodeServer builds the node service of the configured type; its state lives under
@@ -188,6 +196,10 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	if d.snapTLS != nil {
 		serve("snapshot metadata TLS server", d.snapTLS.Serve)
+	}
+	if d.fencer != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); d.fencer.Run(ctx) }()
 	}
 	if d.recover != nil {
 		// in the background: Probe must answer while mounts are repaired, and a CO that

@@ -58,7 +58,8 @@ func Run(t *testing.T, o Options) {
 	secrets := map[string]map[string]string{}
 	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret",
 		"NodeStageVolumeSecret", "NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret",
-		"ControllerExpandVolumeSecret", "ListSnapshotsSecret", "GetSnapshotSecret", "ControllerModifyVolumeSecret"} {
+		"ControllerExpandVolumeSecret", "ListSnapshotsSecret", "GetSnapshotSecret", "ControllerModifyVolumeSecret",
+		"ControllerPublishVolumeSecret", "ControllerUnpublishVolumeSecret"} {
 		secrets[k] = cl.Secrets()
 	}
 	b, err := yaml.Marshal(secrets)
