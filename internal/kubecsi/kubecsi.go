@@ -138,3 +138,44 @@ type OneNode string
 func (n OneNode) NodeExists(_ context.Context, nodeID string) (bool, error) {
 	return nodeID == string(n), nil
 }
+
+// ReplaceIfImmutable prepares an upgrade to the CSIDriver want: an installed object of that
+// name whose immutable fields differ (the API server refuses a dry-run update of it as
+// invalid) is deleted, so the upgrade can create want; one that only differs in mutable fields
+// is left for the upgrade to update. It waits until the object is gone and reports whether it
+// deleted it.
+func ReplaceIfImmutable(ctx context.Context, kc kubernetes.Interface, want *storagev1.CSIDriver) (bool, error) {
+	api := kc.StorageV1().CSIDrivers()
+	cur, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	next := cur.DeepCopy()
+	next.Spec = want.Spec
+	_, err = api.Update(ctx, next, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	if err == nil {
+		return false, nil
+	}
+	if !apierrors.IsInvalid(err) {
+		return false, fmt.Errorf("dry-run update of CSIDriver %s: %w", want.Name, err)
+	}
+	uid := cur.UID
+	err = api.Delete(ctx, want.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return false, fmt.Errorf("deleting CSIDriver %s (%v): %w", want.Name, cur.Spec, err)
+	}
+	for {
+		_, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		select {
+		case <-ctx.Done():
+			return true, fmt.Errorf("waiting for CSIDriver %s to go: %w", want.Name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
