@@ -163,3 +163,27 @@ $(NODE_IP):{{ .port }}
 {{ $h }}:{{ .port }}
 {{- end -}}
 {{- end -}}
+
+{{/* The CSIDriver object of a driver: pass (dict "root" $ "kind" "rbd"|"cephfs"). Also what
+     the upgrade hook compares the installed object with. */}}
+{{- define "monoceph.csidriver" -}}
+{{- $d := index .root.Values .kind -}}
+apiVersion: storage.k8s.io/v1
+kind: CSIDriver
+metadata:
+  name: {{ $d.driverName }}
+  labels:
+    {{- include "monoceph.labels" .root | nindent 4 }}
+spec:
+  # RBD: ControllerPublishVolume records which node may write a ReadWriteOnce volume, so
+  # Kubernetes must attach (and fence before re-attaching) each volume. CephFS: a shared
+  # filesystem the MDS keeps coherent between clients; nothing to attach, as in ceph-csi's
+  # cephfs.csi.ceph.com. The field is immutable: upgrade-hook.yaml replaces an object an
+  # older chart made with another value.
+  attachRequired: {{ eq .kind "rbd" }}
+  podInfoOnMount: false
+  fsGroupPolicy: {{ $d.fsGroupPolicy }}
+  volumeLifecycleModes:
+    - Persistent
+  seLinuxMount: false
+{{- end -}}
