@@ -88,8 +88,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "changed-blocks" {
 		return changedBlocks(args[1:], stdout, stderr)
 	}
-	if len(args) > 0 && args[0] == "replace-csidrivers" {
-		return replaceCSIDrivers(args[1:], stdout, stderr)
+	if len(args) > 0 && args[0] == "replace-immutable" {
+		return replaceImmutable(args[1:], stdout, stderr)
 	}
 	cfg, showVersion, err := parseFlags(args, stderr)
 	if err == flag.ErrHelp {

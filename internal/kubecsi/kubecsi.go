@@ -13,6 +13,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -139,14 +142,28 @@ func (n OneNode) NodeExists(_ context.Context, nodeID string) (bool, error) {
 	return nodeID == string(n), nil
 }
 
-// ReplaceIfImmutable prepares an upgrade to the CSIDriver want: an installed object of that
-// name whose immutable fields differ (the API server refuses a dry-run update of it as
-// invalid) is deleted, so the upgrade can create want; one that only differs in mutable fields
+// Replaceable are the kinds ReplaceIfImmutable handles: cluster-scoped objects a chart owns
+// whose spec Kubernetes mostly refuses to change (CSIDriver: attachRequired, podInfoOnMount,
+// volumeLifecycleModes; StorageClass: parameters, provisioner, reclaimPolicy,
+// volumeBindingMode).
+var Replaceable = map[string]schema.GroupVersionResource{
+	"CSIDriver":    {Group: "storage.k8s.io", Version: "v1", Resource: "csidrivers"},
+	"StorageClass": {Group: "storage.k8s.io", Version: "v1", Resource: "storageclasses"},
+}
+
+// ReplaceIfImmutable prepares an upgrade to want (a kind of Replaceable): an installed object of
+// that name whose immutable fields differ (the API server refuses a dry-run update to want as
+// invalid) is deleted, so the upgrade can create want; one that differs in mutable fields only
 // is left for the upgrade to update. It waits until the object is gone and reports whether it
-// deleted it.
-func ReplaceIfImmutable(ctx context.Context, kc kubernetes.Interface, want *storagev1.CSIDriver) (bool, error) {
-	api := kc.StorageV1().CSIDrivers()
-	cur, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+// deleted it. Neither kind is needed by volumes in use: a missing CSIDriver makes Kubernetes
+// assume attachment is required, a missing StorageClass only delays new claims.
+func ReplaceIfImmutable(ctx context.Context, dc dynamic.Interface, want *unstructured.Unstructured) (bool, error) {
+	gvr, ok := Replaceable[want.GetKind()]
+	if !ok {
+		return false, fmt.Errorf("%s %s: not a kind this replaces", want.GetKind(), want.GetName())
+	}
+	api := dc.Resource(gvr)
+	cur, err := api.Get(ctx, want.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -154,28 +171,40 @@ func ReplaceIfImmutable(ctx context.Context, kc kubernetes.Interface, want *stor
 		return false, err
 	}
 	next := cur.DeepCopy()
-	next.Spec = want.Spec
+	for k := range cur.Object {
+		if _, keep := want.Object[k]; !keep && !objectMeta[k] {
+			delete(next.Object, k)
+		}
+	}
+	for k, v := range want.Object {
+		if !objectMeta[k] {
+			next.Object[k] = v
+		}
+	}
 	_, err = api.Update(ctx, next, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
 	if err == nil {
 		return false, nil
 	}
 	if !apierrors.IsInvalid(err) {
-		return false, fmt.Errorf("dry-run update of CSIDriver %s: %w", want.Name, err)
+		return false, fmt.Errorf("dry-run update of %s %s: %w", want.GetKind(), want.GetName(), err)
 	}
-	uid := cur.UID
-	err = api.Delete(ctx, want.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	uid := cur.GetUID()
+	err = api.Delete(ctx, want.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
-		return false, fmt.Errorf("deleting CSIDriver %s (%v): %w", want.Name, cur.Spec, err)
+		return false, fmt.Errorf("deleting %s %s: %w", want.GetKind(), want.GetName(), err)
 	}
 	for {
-		_, err := api.Get(ctx, want.Name, metav1.GetOptions{})
+		_, err := api.Get(ctx, want.GetName(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}
 		select {
 		case <-ctx.Done():
-			return true, fmt.Errorf("waiting for CSIDriver %s to go: %w", want.Name, ctx.Err())
+			return true, fmt.Errorf("waiting for %s %s to go: %w", want.GetKind(), want.GetName(), ctx.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
+
+// objectMeta are the top-level fields that are not the object's content.
+var objectMeta = map[string]bool{"apiVersion": true, "kind": true, "metadata": true, "status": true}

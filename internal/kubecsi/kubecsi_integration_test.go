@@ -11,6 +11,9 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -20,13 +23,51 @@ func csiDriver(name string, attach bool, policy storagev1.FSGroupPolicy) *storag
 		Spec:       storagev1.CSIDriverSpec{AttachRequired: &attach, FSGroupPolicy: &policy}}
 }
 
+func storageClass(name string, params map[string]string, expand bool) *storagev1.StorageClass {
+	return &storagev1.StorageClass{TypeMeta: metav1.TypeMeta{Kind: "StorageClass", APIVersion: "storage.k8s.io/v1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "d.test", Parameters: params, AllowVolumeExpansion: &expand}
+}
+
+func toUnstructured(t *testing.T, o any) *unstructured.Unstructured {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
 // TestReplaceIfImmutable on a real API server: only a change of an immutable field replaces
 // the installed object.
 func TestReplaceIfImmutable(t *testing.T) {
 	cp := kubetest.Start(t, kubetest.Options{})
 	kc := kubernetes.NewForConfigOrDie(cp.Admin)
+	dc := dynamic.NewForConfigOrDie(cp.Admin)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	old := map[string]string{"pool": "rbd"}
+	newer := map[string]string{"pool": "rbd", "csi.storage.k8s.io/controller-publish-secret-name": "s"}
+	for _, c := range []struct {
+		name                string
+		installed, want     *storagev1.StorageClass
+		replaced, remaining bool
+	}{
+		{"class parameters change", storageClass("a", old, false), storageClass("a", newer, false), true, false},
+		{"only allowVolumeExpansion changes", storageClass("b", old, false), storageClass("b", old, true), false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := kc.StorageV1().StorageClasses().Create(ctx, c.installed, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, c.want))
+			if err != nil || replaced != c.replaced {
+				t.Fatalf("replaced %v, %v; want %v", replaced, err, c.replaced)
+			}
+			_, err = kc.StorageV1().StorageClasses().Get(ctx, c.want.Name, metav1.GetOptions{})
+			if (err == nil) != c.remaining {
+				t.Fatalf("after: %v; want remaining %v", err, c.remaining)
+			}
+		})
+	}
 	for _, c := range []struct {
 		name                string
 		installed, want     *storagev1.CSIDriver
@@ -43,7 +84,7 @@ func TestReplaceIfImmutable(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			replaced, err := ReplaceIfImmutable(ctx, kc, c.want)
+			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, c.want))
 			if err != nil || replaced != c.replaced {
 				t.Fatalf("replaced %v, %v; want %v", replaced, err, c.replaced)
 			}
