@@ -137,6 +137,9 @@ $(BIN)/csi-snapshotter: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 $(BIN)/snapshot-controller: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/snapshot-controller github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
 
+$(BIN)/csi-attacher: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
+	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-attacher github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
+
 $(BIN)/csi-resizer: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
 	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-resizer github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
 
@@ -145,7 +148,7 @@ tools: $(BIN)/staticcheck $(BIN)/goimports $(BIN)/grpcurl $(BIN)/csi-addons $(BI
 # Everything the end-to-end tests run besides the driver: a control plane without a kubelet,
 # Helm and kubectl, the CSI sidecars and the csi-addons controller and sidecar.
 e2e-tools: $(BIN)/helm $(BIN)/kubectl $(BIN)/kube-controller-manager $(BIN)/kube-apiserver $(BIN)/etcd \
-	$(BIN)/csi-provisioner $(BIN)/csi-snapshotter $(BIN)/snapshot-controller $(BIN)/csi-resizer \
+	$(BIN)/csi-provisioner $(BIN)/csi-attacher $(BIN)/csi-snapshotter $(BIN)/snapshot-controller $(BIN)/csi-resizer \
 	$(BIN)/csi-addons-manager $(BIN)/csi-addons-sidecar
 
 # gofmt and goimports (imports grouped, std first, this module's as third-party), go vet,

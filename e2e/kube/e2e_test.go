@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,13 +41,15 @@ func TestHelmChartEndToEnd(t *testing.T) {
 		name string
 		run  func(*env)
 	}{
-		{"helm install creates every object", (*env).stepInstall},
+		{"chart 0.1.0 installed and used then upgraded to this chart", (*env).stepInstall},
+		{"a volume provisioned by chart 0.1.0 attaches with the controller's own Secret", (*env).stepPreUpgradeAttach},
 		{"RBD volume, snapshot, clone, expansion and node path", (*env).stepRBD},
 		{"changed blocks between two VolumeSnapshots", (*env).stepChangedBlocks},
 		{"VolumeGroupSnapshot of two PVCs is one point in time", (*env).stepGroupSnapshot},
 		{"CephFS volume, shallow read-only restore, expansion and node path", (*env).stepCephFS},
 		{"VolumeAttributesClass: QoS at create and switched live, a bad class refused", (*env).stepVolumeAttributesClass},
 		{"NetworkFence fences and unfences", (*env).stepFence},
+		{"ReadWriteOnce on two nodes; a lost node is fenced automatically", (*env).stepTwoNodes},
 		{"no component was refused by RBAC", (*env).stepNoDenials},
 		{"helm uninstall removes every object but the kept Secrets", (*env).stepUninstall},
 	}
@@ -68,8 +69,64 @@ func TestHelmChartEndToEnd(t *testing.T) {
 
 var installed []*unstructured.Unstructured
 
+// preUpgrade is the PV provisioned by the chart 0.1.0, whose StorageClass named no
+// controller-publish secret (stepInstall), and what was written to it.
+var (
+	preUpgrade     *corev1.PersistentVolume
+	preUpgradeData = "written under chart 0.1.0"
+)
+
+// stepInstall installs the chart as released in 0.1.0 (RBD volumes not attached) with the
+// README's command, runs it and provisions a volume with it; then upgrades to this chart with
+// the README's upgrade command: the pre-upgrade hook replaces the RBD CSIDriver (attachRequired
+// is immutable) and StorageClass (new secret parameters), the rollout replaces the pods, and
+// everything the release defines exists.
 func (e *env) stepInstall() {
-	e.helmInstall()
+	ctx := context.Background()
+	start := time.Now()
+	e.helmInstall(chart01)
+	e.startPods(start)
+	// registered on the whole test after the processes started, so it runs while they still
+	// serve: a failed step's claims and snapshots go through the driver, and Ceph keeps nothing
+	e.runner.t.Cleanup(e.deleteLeftovers)
+	preUpgrade = e.createPVC(claim{name: "pre-upgrade", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce})
+	if preUpgrade.Spec.CSI.ControllerPublishSecretRef != nil {
+		e.t.Fatalf("a PV of chart 0.1.0 names a controller-publish secret: %v", preUpgrade.Spec.CSI.ControllerPublishSecretRef)
+	}
+	m := e.mountPV(preUpgrade, false)
+	m.write("data", []byte(preUpgradeData))
+	m.unmount()
+	uids := map[string]string{}
+	for _, d := range []string{rbdDriver, fsDriver} {
+		cd, err := e.kc.StorageV1().CSIDrivers().Get(ctx, d, metav1.GetOptions{})
+		if err != nil || *cd.Spec.AttachRequired {
+			e.t.Fatalf("CSIDriver %s of chart 0.1.0: %v, %v", d, cd, err)
+		}
+		uids[d] = string(cd.UID)
+	}
+
+	before := e.tlsSecret()
+	start = time.Now()
+	e.helmUpgrade()
+	// the CA backup applications trust stays
+	if after := e.tlsSecret(); !bytes.Equal(before["ca.crt"], after["ca.crt"]) {
+		e.t.Error("helm upgrade replaced the changed block service's CA")
+	}
+	for d, attach := range map[string]bool{rbdDriver: true, fsDriver: false} {
+		cd, err := e.kc.StorageV1().CSIDrivers().Get(ctx, d, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if *cd.Spec.AttachRequired != attach || (string(cd.UID) != uids[d]) != attach {
+			e.t.Errorf("CSIDriver %s after the upgrade: attachRequired %v, replaced %v; want %v, %v", d, *cd.Spec.AttachRequired, string(cd.UID) != uids[d], attach, attach)
+		}
+	}
+	sc, err := e.kc.StorageV1().StorageClasses().Get(ctx, "monoceph-rbd", metav1.GetOptions{})
+	if err != nil || sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] != release+"-ceph-user" {
+		e.t.Fatalf("RBD StorageClass after the upgrade: %v, %v", sc, err)
+	}
+	e.startPods(start)
+
 	installed = e.releaseObjects()
 	kinds := map[string]int{}
 	for _, o := range installed {
@@ -85,13 +142,12 @@ func (e *env) stepInstall() {
 	if m := e.missing(installed, false); len(m) > 0 {
 		e.t.Fatalf("objects of the release missing from the API server: %v", m)
 	}
-	// an upgrade keeps the generated CA and certificate: backup applications trust that CA
-	before := e.tlsSecret()
-	e.shell(fmt.Sprintf("helm upgrade %s charts/monoceph --namespace %s --reuse-values", release, namespace))
-	if after := e.tlsSecret(); !bytes.Equal(before["ca.crt"], after["ca.crt"]) {
-		e.t.Error("helm upgrade replaced the changed block service's CA")
+	// upgrading again changes nothing: the hook finds nothing to replace, the pods stay
+	e.helmUpgrade()
+	if cd, err := e.kc.StorageV1().CSIDrivers().Get(ctx, rbdDriver, metav1.GetOptions{}); err != nil || !*cd.Spec.AttachRequired {
+		e.t.Fatalf("CSIDriver after a second upgrade: %v, %v", cd, err)
 	}
-	e.startPods()
+	e.startPods(start)
 }
 
 // tlsSecret is the data of the changed block service's TLS Secret; it checks the
@@ -169,7 +225,7 @@ func (e *env) stepCephFS() {
 	if got := shallow.read("greeting"); got != "written before the snapshot" {
 		e.t.Errorf("shallow volume reads %q", got)
 	}
-	err := os.WriteFile(filepath.Join(shallow.target, "new"), []byte("x"), 0o600)
+	err := os.WriteFile(shallow.path("new"), []byte("x"), 0o600)
 	if !errors.Is(err, syscall.EROFS) {
 		e.t.Errorf("writing to the shallow volume: %v, want EROFS", err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/kubetest"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -25,7 +24,6 @@ import (
 const (
 	release   = "monoceph"
 	namespace = "monoceph"
-	nodeName  = "e2e-node"
 	rbdDriver = "rbd.monoceph.io"
 	fsDriver  = "cephfs.monoceph.io"
 )
@@ -43,13 +41,11 @@ type env struct {
 	runner  *podRunner
 	adminKC string // admin kubeconfig file
 	ports   map[string]int
-	// the kubelet's root directory, below the runner's root: the chart's kubeletDir, so the
-	// node plugin's container sees the staging and target paths at the same path
-	kubeletDir string
+	nodes   map[string]*node // see nodes_test.go
 }
 
 // binaries the e2e test runs; make e2e builds them all into MONOCEPH_E2E_BIN.
-var binaries = []string{"monoceph", "helm", "kubectl", "csi-provisioner", "csi-snapshotter", "snapshot-controller",
+var binaries = []string{"monoceph", "helm", "kubectl", "csi-provisioner", "csi-attacher", "csi-snapshotter", "snapshot-controller",
 	"csi-resizer", "csi-addons-manager", "csi-addons-sidecar"}
 
 func newEnv(t *testing.T) *env {
@@ -82,7 +78,7 @@ func newEnv(t *testing.T) *env {
 	e.ports = map[string]int{}
 	for _, p := range []string{"rbdControllerMetrics", "rbdNodeMetrics", "rbdCSIAddons", "rbdSnapshotMetadata",
 		"fsControllerMetrics", "fsNodeMetrics", "fsCSIAddons", "rbdProvisioner", "rbdSnapshotter", "rbdResizer",
-		"fsProvisioner", "fsSnapshotter", "fsResizer"} {
+		"fsProvisioner", "fsSnapshotter", "fsResizer", "rbdAttacher"} {
 		e.ports[p] = kubetest.FreePort(t)
 	}
 	// short: FUSE admin sockets live below the node plugin's state directory (107-byte limit)
@@ -91,11 +87,12 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	removeStale(t)
-	e.kubeletDir = filepath.Join(root, "host", "var/lib/kubelet")
-	e.runner = &podRunner{t: t, cp: e.cp, kc: e.kc, node: nodeName, root: root,
+	e.nodes = newNodes(t, root)
+	e.runner = &podRunner{t: t, cp: e.cp, kc: e.kc, nodes: e.nodes, root: root, running: map[string]bool{},
 		podman: map[string]bool{"monoceph": true},
 		images: map[string]string{
 			"csi-provisioner": filepath.Join(bin, "csi-provisioner"),
+			"csi-attacher":    filepath.Join(bin, "csi-attacher"),
 			"csi-snapshotter": filepath.Join(bin, "csi-snapshotter"),
 			"csi-resizer":     filepath.Join(bin, "csi-resizer"),
 			"k8s-sidecar":     filepath.Join(bin, "csi-addons-sidecar"),
@@ -154,6 +151,15 @@ func (e *env) waitFor(timeout time.Duration, what string, cond func() (bool, str
 // kubeconfig, the binaries on PATH and the Ceph variables; it returns stdout.
 func (e *env) shell(script string, extraEnv ...string) string {
 	e.t.Helper()
+	out, err := e.shellErr(script, extraEnv...)
+	if err != nil {
+		e.t.Fatalf("%s\n: %v", script, err)
+	}
+	return out
+}
+
+// shellErr is shell for callers that handle the failure (and may run it in a goroutine).
+func (e *env) shellErr(script string, extraEnv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
@@ -163,16 +169,22 @@ func (e *env) shell(script string, extraEnv ...string) string {
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	if err := cmd.Run(); err != nil {
-		e.t.Fatalf("%s\n: %v\nstdout: %s\nstderr: %s", script, err, out.String(), stderr.String())
+		return out.String(), fmt.Errorf("%v\nstdout: %s\nstderr: %s", err, out.String(), stderr.String())
 	}
-	return out.String()
+	return out.String(), nil
 }
 
 // ceph runs a ceph or rbd command against the local cluster and returns stdout.
-func (e *env) cephCmd(args ...string) (string, error) {
+func (e *env) cephCmd(args ...string) (string, error) { return e.cephCmdEnv(nil, args...) }
+
+// cephCmdEnv is cephCmd with more environment variables.
+func (e *env) cephCmdEnv(env []string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &stderr
 	err := cmd.Run()
@@ -196,16 +208,6 @@ func (e *env) readmeBlock(name string) string {
 		e.t.Fatalf("README.md has no block marked <!-- e2e:%s -->", name)
 	}
 	return string(m[1])
-}
-
-// createNode registers the one node the DaemonSets target.
-func (e *env) createNode() {
-	_, err := e.kc.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeName, Labels: map[string]string{"kubernetes.io/hostname": nodeName}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		e.t.Fatal(err)
-	}
 }
 
 // unmountBelow detaches every mount under dir, deepest first, so removing dir cannot reach

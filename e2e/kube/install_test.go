@@ -21,19 +21,30 @@ import (
 	"github.com/monoceph/monoceph/internal/kubetest"
 )
 
-// localValues adapts the README's install to pods that run on one host network namespace:
-// one controller replica each, a port of its own for every listener, FUSE mounters (this kernel
-// has no rbd or ceph module), the changed block service reached at 127.0.0.1 with that address
-// in its generated certificate, and the kubelet directory of this test's node.
-func (e *env) localValues() string {
+// localValues adapts the README's install to the test's machine: one controller replica each
+// on the control plane node and the node plugins on nodes A and B (nodes_test.go), all on the
+// host's network with a port of its own for every listener, FUSE mounters (this kernel has no
+// rbd or ceph module), and the changed block service reached at 127.0.0.1 with that address in
+// its generated certificate. The kubelet directory is the chart's default: each node's is below
+// its own root. forChart01 leaves out what the chart 0.1.0 schema does not know (the
+// attacher's port).
+func (e *env) localValues(forChart01 bool) string {
 	p := e.ports
-	v := fmt.Sprintf(`kubeletDir: %s
-controller:
+	attacher := fmt.Sprintf(", attacher: %d", p["rbdAttacher"])
+	if forChart01 {
+		attacher = ""
+	}
+	v := fmt.Sprintf(`controller:
   replicas: 1
+  nodeSelector: {%s: "true"}
+  # the rollouts hand over the sidecars' leases quickly
+  leaderElection: {leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s}
+node:
+  nodeSelector: {%s: "true"}
 rbd:
   controllerMetricsPort: %d
   nodeMetricsPort: %d
-  sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
+  sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d%s}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
   snapshotMetadata:
@@ -46,20 +57,34 @@ cephfs:
   sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
-`, e.kubeletDir, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"],
+`, controlLabel, storageLabel, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"], attacher,
 		p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
 		p["fsControllerMetrics"], p["fsNodeMetrics"], p["fsProvisioner"], p["fsSnapshotter"], p["fsResizer"], p["fsCSIAddons"])
-	f := filepath.Join(e.t.TempDir(), "local-node.yaml")
+	// not below the test's TempDir: helm's -f splits its argument at commas, which test names hold
+	dir, err := os.MkdirTemp(e.runner.root, "values-")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	f := filepath.Join(dir, "local-processes.yaml")
 	if err := os.WriteFile(f, []byte(v), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
 	return f
 }
 
-// helmInstall runs the README's install commands with the local values appended.
-func (e *env) helmInstall() {
+// chart01 is the chart as released in version 0.1.0 (before RBD volumes were attached), which
+// the upgrade test starts from.
+const chart01 = "e2e/kube/testdata/monoceph-0.1.0.tgz"
+
+// helmInstall runs the README's install commands with the local values appended, installing
+// chart (the README's charts/monoceph replaced by it when given).
+func (e *env) helmInstall(chart string) {
 	e.t.Helper()
-	script := strings.TrimRight(e.readmeBlock("helm-install"), "\n") + " -f " + e.localValues() + "\n"
+	script := strings.TrimRight(e.readmeBlock("helm-install"), "\n")
+	if chart != "" {
+		script = strings.Replace(script, " charts/monoceph ", " "+chart+" ", 1)
+	}
+	script += " -f " + e.localValues(chart == chart01) + "\n"
 	out := e.shell(script, "CEPH_MONITORS="+e.ceph.Monitors)
 	e.t.Logf("helm install:\n%s", out)
 	// NOTES.txt tells the user the next step of every feature this install enabled
@@ -114,6 +139,36 @@ func (e *env) noKeyInRelease(installOut string) {
 	}
 }
 
+// helmUpgrade runs the README's upgrade command with the local values appended, acting as the
+// kubelets meanwhile: the pre-upgrade hook's Job must run for the upgrade to go on.
+func (e *env) helmUpgrade() {
+	e.t.Helper()
+	script := strings.TrimRight(e.readmeBlock("helm-upgrade"), "\n") + " -f " + e.localValues(false) + "\n"
+	done := make(chan error, 1)
+	var out string
+	go func() {
+		var err error
+		out, err = e.shellErr(script)
+		done <- err
+	}()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Fatalf("helm upgrade: %v\n%s", err, out)
+			}
+			e.t.Logf("helm upgrade:\n%s", out)
+			return
+		case <-time.After(250 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatal("helm upgrade did not end in 3 minutes")
+		}
+		e.kubeletStep()
+	}
+}
+
 // releaseObjects lists the objects of the release's manifest.
 func (e *env) releaseObjects() []*unstructured.Unstructured {
 	e.t.Helper()
@@ -136,36 +191,47 @@ func (e *env) missing(objs []*unstructured.Unstructured, gone bool) []string {
 	return out
 }
 
-// startPods waits for the pods the chart's Deployments and DaemonSets produce and runs them.
-func (e *env) startPods() {
+// wantPods is the release's pods: a controller per driver on the control plane node, a node
+// plugin per driver on each of nodes A and B.
+var wantPods = map[string]int{"rbd-controller": 1, "rbd-node": 2, "cephfs-controller": 1, "cephfs-node": 2}
+
+// startPods acts as the kubelets (kubeletStep) until the release runs exactly its pods, all
+// created after since (none left of an earlier revision), then waits for their sockets and
+// calls their probes.
+func (e *env) startPods(since time.Time) {
 	e.t.Helper()
 	ctx := context.Background()
-	want := []string{"rbd-controller", "rbd-node", "cephfs-controller", "cephfs-node"}
-	pods := map[string]corev1.Pod{}
-	e.waitFor(60*time.Second, "one pod per chart component", func() (bool, string) {
+	var pods []corev1.Pod
+	e.waitFor(3*time.Minute, "the release's pods running", func() (bool, string) {
+		e.kubeletStep()
 		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
 		if err != nil {
 			return false, err.Error()
 		}
+		pods = pods[:0]
+		count := map[string]int{}
+		old := 0
 		for _, p := range list.Items {
-			pods[p.Labels["app.kubernetes.io/component"]] = p
+			c := p.Labels["app.kubernetes.io/component"]
+			if _, ok := wantPods[c]; !ok {
+				continue // the upgrade hook's
+			}
+			if p.CreationTimestamp.Time.Before(since.Truncate(time.Second)) || p.DeletionTimestamp != nil || !e.runner.started(p.Name) {
+				old++
+				continue
+			}
+			count[c]++
+			pods = append(pods, p)
 		}
-		return len(pods) == len(want), fmt.Sprintf("%d pods: %v", len(list.Items), keys(pods))
+		return fmt.Sprint(count) == fmt.Sprint(wantPods) && old == 0, fmt.Sprintf("running %v, others %d", count, old)
 	})
-	for _, c := range want {
-		p := pods[c]
-		e.runner.run(e.t, ctx, &p)
-	}
-	// registered on the whole test after the processes started, so it runs while they still
-	// serve: a failed step's claims and snapshots go through the driver, and Ceph keeps nothing
-	e.runner.t.Cleanup(e.deleteLeftovers)
 	// the sockets appear once the drivers serve
-	for _, c := range want {
-		p := pods[c]
+	for _, p := range pods {
+		c := p.Labels["app.kubernetes.io/component"]
 		var sock string
 		if strings.HasSuffix(c, "-node") {
 			driver := map[string]string{"rbd-node": rbdDriver, "cephfs-node": fsDriver}[c]
-			sock = filepath.Join(e.kubeletDir, "plugins", driver, "csi.sock")
+			sock = e.runner.nodeOf(&p).host(filepath.Join(kubeletDir, "plugins", driver, "csi.sock"))
 		} else {
 			sock = filepath.Join(e.runner.root, "pods", p.Name, "volumes", "socket-dir", "csi.sock")
 		}
@@ -189,7 +255,11 @@ func (e *env) checkProbes(pod *corev1.Pod) {
 					port = int(cp.ContainerPort)
 				}
 			}
-			url := fmt.Sprintf("http://127.0.0.1:%d%s", port, pr.HTTPGet.Path)
+			host := "127.0.0.1"
+			if pod.Spec.HostNetwork {
+				host = e.runner.nodeOf(pod).ip
+			}
+			url := fmt.Sprintf("http://%s:%d%s", host, port, pr.HTTPGet.Path)
 			e.waitFor(30*time.Second, fmt.Sprintf("%s probe of %s/%s (%s)", kind, pod.Name, c.Name, url), func() (bool, string) {
 				resp, err := http.Get(url)
 				if err != nil {
@@ -216,7 +286,7 @@ func (e *env) installCluster() {
 	e.t.Helper()
 	csiAddons := kubetest.ModuleDir(e.t, filepath.Join(e.repo, "scripts/tools/csi-addons"), "github.com/csi-addons/kubernetes-csi-addons")
 	e.cp.ApplyCRDs(e.t, append(kubetest.SnapshotCRDs(e.t), filepath.Join(csiAddons, "deploy/controller/crds.yaml"))...)
-	e.createNode()
+	e.createNodes()
 	env := e.runner.clusterEnv()
 	e.runner.start(e.t, "", "snapshot-controller", filepath.Join(e.bin, "snapshot-controller"),
 		[]string{"--kubeconfig=" + e.adminKC, "--leader-election=false", "--v=2", "--feature-gates=CSIVolumeGroupSnapshot=true"}, env, "")

@@ -16,36 +16,58 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// mounted is a volume staged and published the way the kubelet does it.
+// mounted is a volume staged and published the way the kubelet does it. Its paths are the
+// node's, as the kubelet passes them; path gives the test's way to a file in it.
 type mounted struct {
 	e       *env
+	on      *node
 	node    csi.NodeClient
 	pv      *corev1.PersistentVolume
 	staging string
 	target  string // what the pod sees
 }
 
-// mountPV plays the kubelet for one pod using pv: NodeStageVolume at the kubelet's global
-// mount path with the node-stage secret the PV names, then NodePublishVolume at a pod's
-// volume path, over the node plugin's socket.
+// path is where the test finds a file of the volume: below the node's root, where the node
+// plugin's mounts propagate.
+func (m *mounted) path(name string) string { return m.on.host(filepath.Join(m.target, name)) }
+
+// mountPV plays node A's kubelet for one pod using pv (see mountOn).
 func (e *env) mountPV(pv *corev1.PersistentVolume, readOnly bool) *mounted {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	src := pv.Spec.CSI
-	kubelet := e.kubeletDir
-	conn, err := grpc.NewClient("unix://"+filepath.Join(kubelet, "plugins", src.Driver, "csi.sock"),
+	m, err := e.mountOn(e.nodes[nodeA], pv, readOnly, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// nodeClient connects to a node plugin's socket on node n.
+func (e *env) nodeClient(n *node, driver string) csi.NodeClient {
+	e.t.Helper()
+	conn, err := grpc.NewClient("unix://"+n.host(filepath.Join(kubeletDir, "plugins", driver, "csi.sock")),
 		grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { conn.Close() })
-	m := &mounted{e: e, node: csi.NewNodeClient(conn), pv: pv,
-		staging: filepath.Join(kubelet, "plugins/kubernetes.io/csi", src.Driver, fmt.Sprintf("%x", sha256.Sum256([]byte(src.VolumeHandle))), "globalmount"),
-		target:  filepath.Join(kubelet, "pods", "pod-"+pv.Name, "volumes/kubernetes.io~csi", pv.Name, "mount"),
+	return csi.NewNodeClient(conn)
+}
+
+// mountOn plays node n's kubelet for one pod using pv: NodeStageVolume at the kubelet's global
+// mount path with the node-stage secret the PV names and the publish context of its
+// attachment, then NodePublishVolume at a pod's volume path, over the node plugin's socket.
+// A failed stage is returned (with nothing left to clean up); other failures end the test.
+func (e *env) mountOn(n *node, pv *corev1.PersistentVolume, readOnly bool, publishContext map[string]string) (*mounted, error) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	src := pv.Spec.CSI
+	m := &mounted{e: e, on: n, node: e.nodeClient(n, src.Driver), pv: pv,
+		staging: filepath.Join(kubeletDir, "plugins/kubernetes.io/csi", src.Driver, fmt.Sprintf("%x", sha256.Sum256([]byte(src.VolumeHandle))), "globalmount"),
+		target:  filepath.Join(kubeletDir, "pods", "pod-"+pv.Name, "volumes/kubernetes.io~csi", pv.Name, "mount"),
 	}
 	for _, d := range []string{m.staging, filepath.Dir(m.target)} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
+		if err := os.MkdirAll(n.host(d), 0o750); err != nil {
 			e.t.Fatal(err)
 		}
 	}
@@ -84,15 +106,15 @@ func (e *env) mountPV(pv *corev1.PersistentVolume, readOnly bool) *mounted {
 		}
 	}
 	if _, err := m.node.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: src.VolumeHandle, StagingTargetPath: m.staging,
-		VolumeCapability: vc, Secrets: secrets, VolumeContext: src.VolumeAttributes}); err != nil {
-		e.t.Fatalf("NodeStageVolume %s: %v", pv.Name, err)
+		VolumeCapability: vc, Secrets: secrets, VolumeContext: src.VolumeAttributes, PublishContext: publishContext}); err != nil {
+		return nil, fmt.Errorf("NodeStageVolume %s on %s: %w", pv.Name, n.name, err)
 	}
 	e.t.Cleanup(m.unmount)
 	if _, err := m.node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: src.VolumeHandle, StagingTargetPath: m.staging,
-		TargetPath: m.target, VolumeCapability: vc, Readonly: readOnly, VolumeContext: src.VolumeAttributes}); err != nil {
-		e.t.Fatalf("NodePublishVolume %s: %v", pv.Name, err)
+		TargetPath: m.target, VolumeCapability: vc, Readonly: readOnly, VolumeContext: src.VolumeAttributes, PublishContext: publishContext}); err != nil {
+		e.t.Fatalf("NodePublishVolume %s on %s: %v", pv.Name, n.name, err)
 	}
-	return m
+	return m, nil
 }
 
 // unmount unpublishes and unstages; both are idempotent, so calling it twice is fine.
@@ -111,7 +133,7 @@ func (m *mounted) unmount() {
 // write writes a file in the volume and makes it durable, so a snapshot taken next has it.
 func (m *mounted) write(name string, data []byte) {
 	m.e.t.Helper()
-	f, err := os.Create(filepath.Join(m.target, name))
+	f, err := os.Create(m.path(name))
 	if err != nil {
 		m.e.t.Fatal(err)
 	}
@@ -125,14 +147,14 @@ func (m *mounted) write(name string, data []byte) {
 		m.e.t.Fatal(err)
 	}
 	// the filesystem's own metadata too (ext4 on a loop device over rbd-fuse)
-	if err := syncfs(m.target); err != nil {
+	if err := syncfs(m.path("")); err != nil {
 		m.e.t.Fatal(err)
 	}
 }
 
 func (m *mounted) read(name string) string {
 	m.e.t.Helper()
-	b, err := os.ReadFile(filepath.Join(m.target, name))
+	b, err := os.ReadFile(m.path(name))
 	if err != nil {
 		m.e.t.Fatal(err)
 	}

@@ -31,8 +31,9 @@ const e2eLabel = "io.monoceph.e2e-pid"
 
 // podmanRun returns the arguments of `podman run` for container c of pod: name is the
 // container's name in podman, volumes the local directory of every pod volume, saDir the
-// service account files ("" for none).
-func podmanRun(pod *corev1.Pod, c corev1.Container, name string, env map[string]string, volumes map[string]string, saDir string) ([]string, error) {
+// service account files ("" for none), files host files the container sees read-only at the
+// same path (what the node gives its processes, such as the source address shim).
+func podmanRun(pod *corev1.Pod, c corev1.Container, name string, env map[string]string, volumes map[string]string, saDir string, files []string) ([]string, error) {
 	args := []string{"run", "--rm", "--name", name, "--label", fmt.Sprintf("%s=%d", e2eLabel, os.Getpid()),
 		"--pull", "never", "--network", "host"}
 	sec, err := securityArgs(pod.Spec.SecurityContext, c.SecurityContext)
@@ -72,6 +73,9 @@ func podmanRun(pod *corev1.Pod, c corev1.Container, name string, env map[string]
 	}
 	if saDir != "" {
 		args = append(args, "--volume", saDir+":"+saMountPath+":ro")
+	}
+	for _, f := range files {
+		args = append(args, "--volume", f+":"+f+":ro")
 	}
 	if c.WorkingDir != "" {
 		args = append(args, "--workdir", c.WorkingDir)
@@ -158,14 +162,14 @@ func securityArgs(pod *corev1.PodSecurityContext, c *corev1.SecurityContext) ([]
 	return args, nil
 }
 
-// startContainer runs a pod's container with podman; the process it adds is the attached
-// `podman run`, whose end is the container's.
-func (r *podRunner) startContainer(t *testing.T, pod *corev1.Pod, c corev1.Container, env, volumes map[string]string, saDir string) {
+// startContainer runs a pod's container with podman; the process it adds and returns is the
+// attached `podman run`, whose end is the container's.
+func (r *podRunner) startContainer(t *testing.T, pod *corev1.Pod, c corev1.Container, env, volumes map[string]string, saDir string, files []string) *process {
 	if out, err := exec.Command("podman", "image", "exists", c.Image).CombinedOutput(); err != nil {
 		t.Fatalf("pod %s: image %s is not in podman's local storage (%v %s): run make image", pod.Name, c.Image, err, out)
 	}
 	name := fmt.Sprintf("e2e-%s-%s-%s", filepath.Base(r.root), pod.Name, c.Name)
-	args, err := podmanRun(pod, c, name, env, volumes, saDir)
+	args, err := podmanRun(pod, c, name, env, volumes, saDir, files)
 	if err != nil {
 		t.Fatalf("pod %s: %v", pod.Name, err)
 	}
@@ -178,17 +182,18 @@ func (r *podRunner) startContainer(t *testing.T, pod *corev1.Pod, c corev1.Conta
 	if sc := c.SecurityContext; sc != nil && sc.RunAsUser != nil {
 		p.uid = *sc.RunAsUser
 	}
+	return p
 }
 
 // checkUser fails t unless the container's first process runs as the user its security
 // context asks for.
 func checkUser(t *testing.T, p *process) {
 	t.Helper()
-	out, err := exec.Command("podman", "inspect", "--format", "{{.State.Pid}}", p.container).Output()
+	pid, err := containerPID(p.container)
 	if err != nil {
-		t.Fatalf("podman inspect %s: %v", p.container, err)
+		t.Fatal(err)
 	}
-	status, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(out)), "status"))
+	status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +207,19 @@ func checkUser(t *testing.T, p *process) {
 		}
 	}
 	t.Fatalf("container %s: no Uid line in /proc status", p.Name)
+}
+
+// containerPID is the host's PID of a running container's first process.
+func containerPID(name string) (int, error) {
+	out, err := exec.Command("podman", "inspect", "--format", "{{.State.Pid}}", name).Output()
+	if err != nil {
+		return 0, fmt.Errorf("podman inspect %s: %v", name, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("podman inspect %s: pid %q", name, out)
+	}
+	return pid, nil
 }
 
 // removeContainer removes a container that outlived its `podman run` (killed after the

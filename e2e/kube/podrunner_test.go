@@ -3,10 +3,12 @@ package kube
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,26 +21,28 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// podRunner stands in for the scheduler and the kubelet of a one-node cluster: it binds pods
-// the controllers created from the chart to the node, and runs their containers with the
-// pods' real arguments, environment and service account. monoceph's containers run with
-// podman from the image make built (podman_test.go); the sidecars' images map to binaries built
-// by make, run as local processes whose volume mount paths in arguments map to local
-// directories and which get the pod's service account the way a pod does (in-cluster
-// configuration: the token files at the well-known path, in a private mount namespace). Either
-// way the chart's RBAC is what they run with.
+// podRunner stands in for the scheduler and the kubelets of the test's nodes (nodes_test.go):
+// it binds pods the controllers created from the chart to a node, and runs their containers
+// with the pods' real arguments, environment and service account. monoceph's containers run
+// with podman from the image make built (podman_test.go), each node's hostPath volumes below
+// that node's root directory; the sidecars' images map to binaries built by make, run as local
+// processes whose volume mount paths in arguments map to local directories and which get the
+// pod's service account the way a pod does (in-cluster configuration: the token files at the
+// well-known path, in a private mount namespace). Either way the chart's RBAC is what they run
+// with.
 type podRunner struct {
 	t      *testing.T
 	cp     *kubetest.ControlPlane
 	kc     kubernetes.Interface
-	node   string
-	root   string            // stands for the host's filesystem for hostPath volumes
+	nodes  map[string]*node
+	root   string            // holds the pods' directories and logs
 	podman map[string]bool   // image names (last path element, no tag) run as containers
 	images map[string]string // image name → binary run as a local process
 	skip   map[string]string // image name → why it cannot run here
 
-	mu    sync.Mutex
-	procs []*process
+	mu      sync.Mutex
+	procs   []*process
+	running map[string]bool // pods run (once: a pod name is never reused)
 }
 
 // process is a container's process, and the pod it belongs to ("" for cluster components).
@@ -48,32 +52,47 @@ type process struct {
 	container string // podman's name for it, when the process is `podman run`
 	uid       int64  // the user the container runs as
 	started   time.Time
+	job       bool   // restartPolicy Never: the pod ends when the process does
+	node      string // the node it runs on ("" for cluster components)
 }
 
 // hostPaths are shared with the real host: device nodes, sysfs and kernel modules.
 var hostPaths = map[string]bool{"/dev": true, "/sys": true, "/lib/modules": true}
 
-// run binds pod to the node, marks it running at 127.0.0.1 and starts its containers.
+// run binds pod to its node (see nodeOf), marks it running and ready at the node's address
+// (pods not on the host network at 127.0.0.1: all pod networks are the host's here) and
+// starts its containers.
 func (r *podRunner) run(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 	t.Helper()
+	n := r.nodeOf(pod)
 	if pod.Spec.NodeName == "" {
 		err := r.kc.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{
 			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
-			Target:     corev1.ObjectReference{Kind: "Node", Name: r.node},
+			Target:     corev1.ObjectReference{Kind: "Node", Name: n.name},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatalf("bind pod %s: %v", pod.Name, err)
 		}
 	}
+	r.mu.Lock()
+	r.running[pod.Name] = true
+	r.mu.Unlock()
 	var err error
 	if pod, err = r.kc.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	now := metav1.Now()
+	podIP := "127.0.0.1"
+	if pod.Spec.HostNetwork {
+		podIP = n.ip
+	}
 	pod.Status.Phase = corev1.PodRunning
-	pod.Status.HostIP, pod.Status.PodIP = "127.0.0.1", "127.0.0.1"
-	pod.Status.HostIPs, pod.Status.PodIPs = []corev1.HostIP{{IP: "127.0.0.1"}}, []corev1.PodIP{{IP: "127.0.0.1"}}
+	pod.Status.HostIP, pod.Status.PodIP = n.ip, podIP
+	pod.Status.HostIPs, pod.Status.PodIPs = []corev1.HostIP{{IP: n.ip}}, []corev1.PodIP{{IP: podIP}}
 	pod.Status.StartTime = &now
+	// ready at once: the test checks the probes itself; rollouts wait for ready pods
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
 	if pod, err = r.kc.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("pod %s status: %v", pod.Name, err)
 	}
@@ -81,7 +100,7 @@ func (r *podRunner) run(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 	podDir := filepath.Join(r.root, "pods", pod.Name)
 	volumes := map[string]string{}
 	for _, v := range pod.Spec.Volumes {
-		volumes[v.Name] = r.volume(t, ctx, pod, podDir, v)
+		volumes[v.Name] = r.volume(t, ctx, pod, n, podDir, v)
 	}
 	saDir := r.serviceAccount(t, ctx, pod, podDir)
 	for _, c := range pod.Spec.Containers {
@@ -90,26 +109,79 @@ func (r *podRunner) run(t *testing.T, ctx context.Context, pod *corev1.Pod) {
 			t.Logf("pod %s: container %s not run: %s", pod.Name, c.Name, why)
 			continue
 		}
+		if pod.Spec.HostNetwork {
+			c.Args = slices.Clone(c.Args)
+			for i, a := range c.Args {
+				c.Args[i] = listenOn(a, n.ip)
+			}
+		}
+		var p *process
 		if r.podman[image] {
-			r.startContainer(t, pod, c, r.env(t, pod, c, r.kubeEnv()), volumes, saDir)
-			continue
+			env := r.env(t, pod, c, r.kubeEnv())
+			maps.Copy(env, n.env)
+			p = r.startContainer(t, pod, c, env, volumes, saDir, n.files)
+		} else {
+			bin, ok := r.images[image]
+			if !ok {
+				t.Fatalf("pod %s: container %s: no local binary for image %s", pod.Name, c.Name, c.Image)
+			}
+			env := r.env(t, pod, c, r.clusterEnv())
+			maps.Copy(env, n.env)
+			args := make([]string, len(c.Args))
+			for i, a := range c.Args {
+				args[i] = rewritePaths(expand(a, env), c.VolumeMounts, volumes)
+			}
+			p = r.start(t, pod.Name, fmt.Sprintf("%s/%s", pod.Name, c.Name), bin, args, env, saDir)
 		}
-		bin, ok := r.images[image]
-		if !ok {
-			t.Fatalf("pod %s: container %s: no local binary for image %s", pod.Name, c.Name, c.Image)
-		}
-		env := r.env(t, pod, c, r.clusterEnv())
-		args := make([]string, len(c.Args))
-		for i, a := range c.Args {
-			args[i] = rewritePaths(expand(a, env), c.VolumeMounts, volumes)
-		}
-		r.start(t, pod.Name, fmt.Sprintf("%s/%s", pod.Name, c.Name), bin, args, env, saDir)
+		p.job, p.node = pod.Spec.RestartPolicy == corev1.RestartPolicyNever, n.name
 	}
 }
 
-// volume prepares a local directory for one pod volume, with the modes the kubelet gives
-// them: emptyDir 0777, ConfigMap and Secret files 0644 (readable by a non-root container).
-func (r *podRunner) volume(t *testing.T, ctx context.Context, pod *corev1.Pod, podDir string, v corev1.Volume) string {
+// started reports whether run ran the pod.
+func (r *podRunner) started(pod string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running[pod]
+}
+
+// finishJobs marks the pods whose containers ran to completion (restartPolicy Never, a Job's)
+// Succeeded or Failed, as the kubelet does, so their Job completes.
+func (r *podRunner) finishJobs(t *testing.T, ctx context.Context) {
+	r.mu.Lock()
+	var done []*process
+	for _, p := range r.procs {
+		if exited, _ := p.Exited(); p.job && exited {
+			done = append(done, p)
+		}
+	}
+	r.procs = slices.DeleteFunc(r.procs, func(p *process) bool { return slices.Contains(done, p) })
+	r.mu.Unlock()
+	for _, p := range done {
+		_, err := p.Exited()
+		pod, gerr := r.kc.CoreV1().Pods(namespace).Get(ctx, p.pod, metav1.GetOptions{})
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		code, phase := int32(0), corev1.PodSucceeded
+		if err != nil {
+			code, phase = 1, corev1.PodFailed
+			t.Logf("pod %s failed: %v; log:\n%s", p.pod, err, p.Tail(2000))
+		}
+		pod.Status.Phase = phase
+		pod.Status.Conditions = nil
+		for _, c := range pod.Spec.Containers {
+			pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Reason: string(phase)}}})
+		}
+		if _, err := r.kc.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("pod %s status: %v", p.pod, err)
+		}
+	}
+}
+
+// volume prepares a local directory for one pod volume; hostPath volumes are below the
+// node's root.
+func (r *podRunner) volume(t *testing.T, ctx context.Context, pod *corev1.Pod, n *node, podDir string, v corev1.Volume) string {
 	dir := filepath.Join(podDir, "volumes", v.Name)
 	files := map[string][]byte{}
 	mode := os.FileMode(0o755)
@@ -122,11 +194,7 @@ func (r *podRunner) volume(t *testing.T, ctx context.Context, pod *corev1.Pod, p
 		}
 		// one this host lacks (/lib/modules in a VM without modules) is an empty directory,
 		// as the container runtime would create it
-		// paths the test configured below its root (the kubelet directory) are the host's
-		dir = v.HostPath.Path
-		if !strings.HasPrefix(dir, r.root+"/") {
-			dir = filepath.Join(r.root, "host", v.HostPath.Path)
-		}
+		dir = filepath.Join(n.root, v.HostPath.Path)
 	case v.ConfigMap != nil:
 		cm, err := r.kc.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
 		if err != nil {
@@ -294,7 +362,7 @@ func (r *podRunner) check(t *testing.T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.procs {
-		if exited, err := p.Exited(); exited {
+		if exited, err := p.Exited(); exited && !p.job {
 			t.Fatalf("container %s exited (%v); log tail:\n%s", p.Name, err, p.Tail(4000))
 		}
 	}

@@ -82,6 +82,7 @@ func TestPodmanRun(t *testing.T) {
 		podSC   *corev1.PodSecurityContext
 		c       corev1.Container
 		saDir   string
+		files   []string
 		want    string // the arguments after the common ones, joined by spaces
 		wantErr string
 	}{
@@ -91,6 +92,9 @@ func TestPodmanRun(t *testing.T) {
 				"--volume /r/sa:/var/run/secrets/kubernetes.io/serviceaccount:ro quay.io/monoceph/monoceph:0.1.0 --nodeid=n1 --endpoint=unix:///csi/csi.sock"},
 		{name: "node: privileged, mounts reach the host", c: node,
 			want: "--privileged --cap-add SYS_ADMIN --env A=b --env NODE_ID=n1 --volume /r/k:/k:rshared --volume /dev:/dev:rprivate m:1"},
+		{name: "node with a host file", c: node, files: []string{"/tmp/shim.so"},
+			want: "--privileged --cap-add SYS_ADMIN --env A=b --env NODE_ID=n1 --volume /r/k:/k:rshared --volume /dev:/dev:rprivate " +
+				"--volume /tmp/shim.so:/tmp/shim.so:ro m:1"},
 		{name: "non-root as root", podSC: &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &root}, c: controller, wantErr: "runAsNonRoot"},
 		{name: "non-root without a user", podSC: &corev1.PodSecurityContext{RunAsNonRoot: &yes}, c: controller, wantErr: "runAsNonRoot"},
 		{name: "unsupported pod field", podSC: &corev1.PodSecurityContext{FSGroup: &uid}, c: controller, wantErr: "unsupported pod securityContext"},
@@ -102,7 +106,7 @@ func TestPodmanRun(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{SecurityContext: c.podSC}}
-			got, err := podmanRun(pod, c.c, "ctr", env, volumes, c.saDir)
+			got, err := podmanRun(pod, c.c, "ctr", env, volumes, c.saDir, c.files)
 			if c.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 					t.Fatalf("err %v, want one naming %q (args %q)", err, c.wantErr, got)
