@@ -44,6 +44,7 @@ func TestParseBlocklist(t *testing.T) {
 	l := func(prefix string, rng, instance bool) Listed {
 		return Listed{Entry: Entry{Prefix: netip.MustParsePrefix(prefix), Range: rng}, Until: until, Instance: instance}
 	}
+	inst := func(l Listed, i string) Listed { l.Inst = i; return l }
 	tests := []struct {
 		name string
 		in   string
@@ -58,7 +59,7 @@ func TestParseBlocklist(t *testing.T) {
 		{name: "older monitors: one array", in: `[{"addr":"192.0.2.9:0/0","until":"2026-11-21T17:32:38.053879+0000"}]`,
 			want: []Listed{l("192.0.2.9/32", false, false)}},
 		{name: "client instance and typed address", in: `[{"addr":"v2:127.0.0.1:0/3036073822","until":"2026-11-21T17:32:38.053879+0000"},{"addr":"any:192.0.2.9:6800/0","until":"2026-11-21T17:32:38.053879+0000"}][]`,
-			want: []Listed{l("127.0.0.1/32", false, true), l("192.0.2.9/32", false, true)}},
+			want: []Listed{inst(l("127.0.0.1/32", false, true), "127.0.0.1:0/3036073822"), inst(l("192.0.2.9/32", false, true), "192.0.2.9:6800/0")}},
 		{name: "range kept with host bits as stored", in: `[][{"range":"192.0.2.1:0/24","until":"2026-11-21T17:32:38.053879+0000"}]`,
 			want: []Listed{{Entry: Entry{Prefix: netip.PrefixFrom(netip.MustParseAddr("192.0.2.1"), 24), Range: true}, Until: until}}},
 		{name: "unparsable time is zero", in: `[{"addr":"192.0.2.9:0/0","until":"soon"}]`,
