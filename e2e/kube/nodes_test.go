@@ -244,3 +244,18 @@ func (e *env) daemonsOn(n *node, program, arg string) []int {
 		return err != nil || !namespaces[ns]
 	})
 }
+
+func TestListenOn(t *testing.T) {
+	for in, want := range map[string]string{
+		"--metrics-address=:9080":          "--metrics-address=127.0.0.2:9080",
+		"--http-endpoint=:9093":            "--http-endpoint=127.0.0.2:9093",
+		"--metrics-address=10.0.0.1:9080":  "--metrics-address=10.0.0.1:9080",
+		"--metrics-address=$(NODE_IP):908": "--metrics-address=$(NODE_IP):908",
+		"--endpoint=unix:///csi/csi.sock":  "--endpoint=unix:///csi/csi.sock",
+		"--v=:5x":                          "--v=:5x",
+	} {
+		if got := listenOn(in, "127.0.0.2"); got != want {
+			t.Errorf("listenOn(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
