@@ -272,14 +272,6 @@ func (e *env) checkProbes(pod *corev1.Pod) {
 	}
 }
 
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
-}
-
 // installCluster brings up what a cluster administrator provides before the chart: the CRDs,
 // the snapshot-controller, the csi-addons controller, and a node.
 func (e *env) installCluster() {

@@ -74,7 +74,7 @@ func (c *Credentials) Secrets(ctx context.Context) (map[string]string, error) {
 		}
 	}
 	if _, err := ceph.CredentialsFromSecrets(out); err != nil {
-		return nil, fmt.Errorf("Secret %s: %w", c.ref, err)
+		return nil, fmt.Errorf("the Secret %s: %w", c.ref, err)
 	}
 	return out, nil
 }
