@@ -68,13 +68,14 @@ func (n *node) setLost(dead bool) {
 // newNodes lays out the three nodes below root.
 func newNodes(t *testing.T, root string) map[string]*node {
 	nodes := map[string]*node{controlNode: {name: controlNode, ip: "127.0.0.1", root: filepath.Join(root, "host")}}
-	for name, ip := range map[string]string{nodeA: "127.0.0.2", nodeB: "127.0.0.3"} {
+	for name, n := range map[string]struct{ ip, dir string }{nodeA: {"127.0.0.2", "a"}, nodeB: {"127.0.0.3", "b"}} {
 		env := map[string]string{}
-		for _, kv := range cephtest.BindSrcEnv(t, ip) {
+		for _, kv := range cephtest.BindSrcEnv(t, n.ip) {
 			k, v, _ := strings.Cut(kv, "=")
 			env[k] = v
 		}
-		nodes[name] = &node{name: name, ip: ip, root: filepath.Join(root, "nodes", name), env: env, files: []string{env["LD_PRELOAD"]}}
+		// short: the CSI sockets the test connects to are below it (108-byte limit)
+		nodes[name] = &node{name: name, ip: n.ip, root: filepath.Join(root, n.dir), env: env, files: []string{env["LD_PRELOAD"]}}
 	}
 	return nodes
 }
