@@ -114,8 +114,8 @@ func (e *env) kubeletStop(pod *corev1.Pod, n *node, m *mounted) {
 	})
 }
 
-// stepPreUpgradeAttach: the PV chart 0.1.0 provisioned names no controller-publish secret, and
-// its spec.csi cannot gain one; a pod using it after the upgrade is attached all the same
+// stepPreUpgradeAttach: a PV like those chart 0.1.0 provisioned names no controller-publish
+// secret, and its spec.csi cannot gain one; a pod using it is attached all the same
 // (ControllerPublishVolume with the controller's own Secret) and reads what was written.
 func (e *env) stepPreUpgradeAttach() {
 	a := e.nodes[nodeA]
@@ -126,6 +126,9 @@ func (e *env) stepPreUpgradeAttach() {
 	}
 	e.kubeletStop(pod, a, m)
 	e.deletePVC("pre-upgrade", preUpgrade)
+	if err := e.kc.StorageV1().StorageClasses().Delete(context.Background(), "monoceph-rbd-0-1-0", metav1.DeleteOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // controllerClient connects to the RBD controller's CSI socket.

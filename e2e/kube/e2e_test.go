@@ -42,7 +42,7 @@ func TestHelmChartEndToEnd(t *testing.T) {
 		run  func(*env)
 	}{
 		{"chart 0.1.0 installed and used then upgraded to this chart", (*env).stepInstall},
-		{"a volume provisioned by chart 0.1.0 attaches with the controller's own Secret", (*env).stepPreUpgradeAttach},
+		{"a volume of a class without publish secrets (as chart 0.1.0 made) attaches with the controller's own Secret", (*env).stepPreUpgradeAttach},
 		{"RBD volume, snapshot, clone, expansion and node path", (*env).stepRBD},
 		{"changed blocks between two VolumeSnapshots", (*env).stepChangedBlocks},
 		{"VolumeGroupSnapshot of two PVCs is one point in time", (*env).stepGroupSnapshot},
@@ -69,18 +69,20 @@ func TestHelmChartEndToEnd(t *testing.T) {
 
 var installed []*unstructured.Unstructured
 
-// preUpgrade is the PV provisioned by the chart 0.1.0, whose StorageClass named no
+// preUpgrade is a PV like those chart 0.1.0 provisioned: its StorageClass named no
 // controller-publish secret (stepInstall), and what was written to it.
 var (
 	preUpgrade     *corev1.PersistentVolume
-	preUpgradeData = "written under chart 0.1.0"
+	preUpgradeData = "written before volumes were attached"
 )
 
 // stepInstall installs the chart as released in 0.1.0 (RBD volumes not attached) with the
-// README's command, runs it and provisions a volume with it; then upgrades to this chart with
-// the README's upgrade command: the pre-upgrade hook replaces the RBD CSIDriver (attachRequired
-// is immutable) and StorageClass (new secret parameters), the rollout replaces the pods, and
-// everything the release defines exists.
+// README's command and runs it; then upgrades to this chart with the README's upgrade command:
+// the pre-upgrade hook replaces the RBD CSIDriver (attachRequired is immutable) and
+// StorageClass (new secret parameters), the rollout replaces the running pods, and everything
+// the release defines exists. (The pods of 0.1.0 run this build's binaries, so no volume is
+// provisioned through them; a PV of 0.1.0's kind is made after the upgrade, with a class like
+// 0.1.0's.)
 func (e *env) stepInstall() {
 	ctx := context.Background()
 	start := time.Now()
@@ -89,13 +91,6 @@ func (e *env) stepInstall() {
 	// registered on the whole test after the processes started, so it runs while they still
 	// serve: a failed step's claims and snapshots go through the driver, and Ceph keeps nothing
 	e.runner.t.Cleanup(e.deleteLeftovers)
-	preUpgrade = e.createPVC(claim{name: "pre-upgrade", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce})
-	if preUpgrade.Spec.CSI.ControllerPublishSecretRef != nil {
-		e.t.Fatalf("a PV of chart 0.1.0 names a controller-publish secret: %v", preUpgrade.Spec.CSI.ControllerPublishSecretRef)
-	}
-	m := e.mountPV(preUpgrade, false)
-	m.write("data", []byte(preUpgradeData))
-	m.unmount()
 	uids := map[string]string{}
 	for _, d := range []string{rbdDriver, fsDriver} {
 		cd, err := e.kc.StorageV1().CSIDrivers().Get(ctx, d, metav1.GetOptions{})
@@ -126,6 +121,22 @@ func (e *env) stepInstall() {
 		e.t.Fatalf("RBD StorageClass after the upgrade: %v, %v", sc, err)
 	}
 	e.startPods(start)
+
+	// a volume as chart 0.1.0 made them: its class named no controller-publish secret
+	old := sc.DeepCopy()
+	old.ObjectMeta = metav1.ObjectMeta{Name: "monoceph-rbd-0-1-0"}
+	delete(old.Parameters, "csi.storage.k8s.io/controller-publish-secret-name")
+	delete(old.Parameters, "csi.storage.k8s.io/controller-publish-secret-namespace")
+	if _, err := e.kc.StorageV1().StorageClasses().Create(ctx, old, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	preUpgrade = e.createPVC(claim{name: "pre-upgrade", class: old.Name, size: "64Mi", mode: corev1.ReadWriteOnce})
+	if preUpgrade.Spec.CSI.ControllerPublishSecretRef != nil {
+		e.t.Fatalf("a PV of a 0.1.0 class names a controller-publish secret: %v", preUpgrade.Spec.CSI.ControllerPublishSecretRef)
+	}
+	m := e.mountPV(preUpgrade, false)
+	m.write("data", []byte(preUpgradeData))
+	m.unmount()
 
 	installed = e.releaseObjects()
 	kinds := map[string]int{}
