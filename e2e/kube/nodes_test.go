@@ -166,6 +166,17 @@ func (e *env) kubeletStep() []string {
 				e.t.Fatal(err)
 			}
 		case pod.Status.Phase == corev1.PodPending && !e.runner.started(pod.Name):
+			// All pod networks are 127.0.0.1 here, so a rollout's new controller pod would find
+			// its ports taken by the old one: the old pod's containers stop first (as if it had
+			// crashed; its object goes once the new pod is ready).
+			if !pod.Spec.HostNetwork {
+				for _, other := range list.Items {
+					if other.Name != pod.Name && !other.Spec.HostNetwork &&
+						other.Labels["app.kubernetes.io/component"] == pod.Labels["app.kubernetes.io/component"] {
+						e.runner.stopPod(other.Name)
+					}
+				}
+			}
 			e.runner.run(e.t, ctx, pod)
 			started = append(started, pod.Name)
 		}
