@@ -85,9 +85,8 @@ var (
 // 0.1.0's.)
 func (e *env) stepInstall() {
 	ctx := context.Background()
-	start := time.Now()
 	e.helmInstall(chart01)
-	e.startPods(start)
+	e.startPods()
 	// registered on the whole test after the processes started, so it runs while they still
 	// serve: a failed step's claims and snapshots go through the driver, and Ceph keeps nothing
 	e.runner.t.Cleanup(e.deleteLeftovers)
@@ -101,7 +100,6 @@ func (e *env) stepInstall() {
 	}
 
 	before := e.tlsSecret()
-	start = time.Now()
 	e.helmUpgrade()
 	// the CA backup applications trust stays
 	if after := e.tlsSecret(); !bytes.Equal(before["ca.crt"], after["ca.crt"]) {
@@ -120,7 +118,7 @@ func (e *env) stepInstall() {
 	if err != nil || sc.Parameters["csi.storage.k8s.io/controller-publish-secret-name"] != release+"-ceph-user" {
 		e.t.Fatalf("RBD StorageClass after the upgrade: %v, %v", sc, err)
 	}
-	e.startPods(start)
+	e.startPods()
 
 	// a volume as chart 0.1.0 made them: its class named no controller-publish secret
 	old := sc.DeepCopy()
@@ -158,7 +156,7 @@ func (e *env) stepInstall() {
 	if cd, err := e.kc.StorageV1().CSIDrivers().Get(ctx, rbdDriver, metav1.GetOptions{}); err != nil || !*cd.Spec.AttachRequired {
 		e.t.Fatalf("CSIDriver after a second upgrade: %v, %v", cd, err)
 	}
-	e.startPods(start)
+	e.startPods()
 }
 
 // tlsSecret is the data of the changed block service's TLS Secret; it checks the

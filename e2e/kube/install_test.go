@@ -195,35 +195,56 @@ func (e *env) missing(objs []*unstructured.Unstructured, gone bool) []string {
 // plugin per driver on each of nodes A and B.
 var wantPods = map[string]int{"rbd-controller": 1, "rbd-node": 2, "cephfs-controller": 1, "cephfs-node": 2}
 
-// startPods acts as the kubelets (kubeletStep) until the release runs exactly its pods, all
-// created after since (none left of an earlier revision), then waits for their sockets and
-// calls their probes.
-func (e *env) startPods(since time.Time) {
+// startPods acts as the kubelets (kubeletStep) until the release's Deployments and DaemonSets
+// are rolled out (every pod of their current template running, none of an earlier one left),
+// then waits for the pods' sockets and calls their probes.
+func (e *env) startPods() {
 	e.t.Helper()
 	ctx := context.Background()
 	var pods []corev1.Pod
 	e.waitFor(3*time.Minute, "the release's pods running", func() (bool, string) {
 		e.kubeletStep()
-		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+		sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+		deps, err := e.kc.AppsV1().Deployments(namespace).List(ctx, sel)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range deps.Items {
+			st := d.Status
+			if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != *d.Spec.Replicas || st.Replicas != *d.Spec.Replicas || st.ReadyReplicas != *d.Spec.Replicas {
+				return false, fmt.Sprintf("Deployment %s rolling out: %+v", d.Name, st)
+			}
+		}
+		dss, err := e.kc.AppsV1().DaemonSets(namespace).List(ctx, sel)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range dss.Items {
+			st := d.Status
+			if st.ObservedGeneration < d.Generation || st.UpdatedNumberScheduled != st.DesiredNumberScheduled || st.NumberReady != st.DesiredNumberScheduled || st.DesiredNumberScheduled == 0 {
+				return false, fmt.Sprintf("DaemonSet %s rolling out: %+v", d.Name, st)
+			}
+		}
+		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
 		pods = pods[:0]
 		count := map[string]int{}
-		old := 0
+		others := 0
 		for _, p := range list.Items {
 			c := p.Labels["app.kubernetes.io/component"]
 			if _, ok := wantPods[c]; !ok {
 				continue // the upgrade hook's
 			}
-			if p.CreationTimestamp.Time.Before(since.Truncate(time.Second)) || p.DeletionTimestamp != nil || !e.runner.started(p.Name) {
-				old++
+			if p.DeletionTimestamp != nil || !e.runner.started(p.Name) {
+				others++
 				continue
 			}
 			count[c]++
 			pods = append(pods, p)
 		}
-		return fmt.Sprint(count) == fmt.Sprint(wantPods) && old == 0, fmt.Sprintf("running %v, others %d", count, old)
+		return fmt.Sprint(count) == fmt.Sprint(wantPods) && others == 0, fmt.Sprintf("running %v, others %d", count, others)
 	})
 	// the sockets appear once the drivers serve
 	for _, p := range pods {
