@@ -276,8 +276,8 @@ func (e *env) stepTwoNodes() {
 		e.t.Logf("NodeStageVolume on node B: %v", status.Convert(err).Message())
 	}
 
-	// CephFS: node A holds a file it wrote to (its client holds the write capability and the
-	// unflushed data), then freezes; B's write to that file waits for A
+	// CephFS: node A holds a file open that it wrote to (its client holds the write
+	// capability), then freezes; B's write to that file waits for A
 	fsPV := e.createPVC(claim{name: "shared", class: "monoceph-cephfs", size: "64Mi", mode: corev1.ReadWriteMany})
 	fsA, err := e.mountOn(a, fsPV, false, nil)
 	if err != nil {
@@ -292,6 +292,11 @@ func (e *env) stepTwoNodes() {
 		e.t.Fatal(err)
 	}
 	if _, err := held.Write(bytes.Repeat([]byte("a"), 4096)); err != nil {
+		e.t.Fatal(err)
+	}
+	// synced: dirty pages of a FUSE mount whose daemon is stopped can stall memory reclaim of
+	// the whole machine; the open file keeps A's write capability, which is what B waits for
+	if err := held.Sync(); err != nil {
 		e.t.Fatal(err)
 	}
 	fusePIDs := e.daemonsOn(a, "ceph-fuse", fsA.staging)
