@@ -239,6 +239,14 @@ func (e *env) stepTwoNodes() {
 		e.t.Fatal(err)
 	}
 	mA.write("before-taint", payload)
+	fuseDirs, _ := filepath.Glob(a.host(filepath.Join(stateDir, rbdDriver, "*", "rbd-fuse")))
+	if len(fuseDirs) != 1 {
+		e.t.Fatalf("rbd-fuse directories of node A: %v", fuseDirs)
+	}
+	rbdFuse := e.daemonsOn(a, "rbd-fuse", strings.TrimPrefix(fuseDirs[0], a.root))
+	if len(rbdFuse) != 1 {
+		e.t.Fatalf("rbd-fuse of node A: %v", rbdFuse)
+	}
 	w := startWriter(mA.path("during"))
 	defer close(w.stop)
 
@@ -337,6 +345,12 @@ func (e *env) stepTwoNodes() {
 	e.t.Logf("node A's writer failed %.1f s after the taint: %v", w.at.Sub(tainted).Seconds(), w.err)
 	if !errors.Is(w.err, syscall.EIO) {
 		e.t.Errorf("node A's writer failed with %v; want EIO (rbd-fuse's answer to librbd's ESHUTDOWN)", w.err)
+	}
+	// Node A is now shut off from Ceph; here it also dies. On this one machine its rbd-fuse,
+	// cut off, keeps the kernel's writes to it pending (and spins), and pages stuck in
+	// writeback stall memory reclaim for every process; on a real lost node that stays there.
+	if err := syscall.Kill(rbdFuse[0], syscall.SIGKILL); err != nil {
+		e.t.Fatal(err)
 	}
 	// any Ceph client from node A's address is shut out
 	if out, err := e.cephCmdAt(a, "rados", "-p", e.ceph.RBDPool, "stat", "monoceph.no-such-object"); err == nil || !strings.Contains(err.Error(), "(108)") {

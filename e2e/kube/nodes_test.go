@@ -47,8 +47,12 @@ type node struct {
 	dead bool // its kubelet stopped acting (the node was lost)
 }
 
-// kubeletDir is the kubelet's directory on every node (the chart's default).
-const kubeletDir = "/var/lib/kubelet"
+// The kubelet's directory and the node plugins' state directory on every node (the chart's
+// defaults).
+const (
+	kubeletDir = "/var/lib/kubelet"
+	stateDir   = "/run/monoceph"
+)
 
 // host is where path p of the node is on this machine.
 func (n *node) host(p string) string { return filepath.Join(n.root, p) }
