@@ -102,7 +102,7 @@ func (e *env) stepGroupSnapshot() {
 		pvs[name] = e.createPVC(claim{name: name, class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce, labels: labels})
 		mounts[name] = e.mountPV(pvs[name], false)
 	}
-	w, err := startCounter(filepath.Join(mounts["gs-a"].target, "counter"), filepath.Join(mounts["gs-b"].target, "counter"))
+	w, err := startCounter(mounts["gs-a"].path("counter"), mounts["gs-b"].path("counter"))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func (e *env) stepGroupSnapshot() {
 		pv := e.createPVC(claim{name: "from-" + src, class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce, fromSnapshot: m.Name})
 		restored = append(restored, pv)
 		r := e.mountPV(pv, false)
-		if got[src], err = readCounter(filepath.Join(r.target, "counter")); err != nil {
+		if got[src], err = readCounter(r.path("counter")); err != nil {
 			e.t.Fatalf("counter of the volume restored from %s's member: %v", src, err)
 		}
 		r.unmount()

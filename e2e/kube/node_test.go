@@ -100,8 +100,8 @@ func (e *env) mountOn(n *node, pv *corev1.PersistentVolume, readOnly bool, publi
 	if pv.Spec.VolumeMode != nil && *pv.Spec.VolumeMode == corev1.PersistentVolumeBlock {
 		// the kubelet's paths for raw block: the pod sees a device file, not a directory
 		vc.AccessType = &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}
-		m.target = filepath.Join(kubelet, "pods", "pod-"+pv.Name, "volumeDevices/kubernetes.io~csi", pv.Name)
-		if err := os.MkdirAll(filepath.Dir(m.target), 0o750); err != nil {
+		m.target = filepath.Join(kubeletDir, "pods", "pod-"+pv.Name, "volumeDevices/kubernetes.io~csi", pv.Name)
+		if err := os.MkdirAll(n.host(filepath.Dir(m.target)), 0o750); err != nil {
 			e.t.Fatal(err)
 		}
 	}

@@ -40,7 +40,7 @@ func (e *env) stepVolumeAttributesClass() {
 		e.t.Helper()
 		dd := func(count int) time.Duration {
 			start := time.Now()
-			out, err := exec.Command("dd", "if=/dev/zero", "of="+m.target, "bs=4k",
+			out, err := exec.Command("dd", "if=/dev/zero", "of="+m.path(""), "bs=4k",
 				fmt.Sprintf("count=%d", count), "oflag=direct", "conv=notrunc").CombinedOutput()
 			if err != nil {
 				e.t.Fatalf("dd: %v\n%s", err, out)
