@@ -73,7 +73,8 @@ cephfs:
 }
 
 // chart01 is the chart as released in version 0.1.0 (before RBD volumes were attached), which
-// the upgrade test starts from.
+// the upgrade test starts from: `helm package charts/monoceph` of main at 91865a7, the last
+// commit of chart 0.1.0.
 const chart01 = "e2e/kube/testdata/monoceph-0.1.0.tgz"
 
 // helmInstall runs the README's install commands with the local values appended, installing
