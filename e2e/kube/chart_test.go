@@ -12,6 +12,7 @@ import (
 
 	"github.com/monoceph/monoceph/internal/kubetest"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -194,18 +195,54 @@ func TestChartObjectsValidOnAPIServer(t *testing.T) {
 			t.Logf("%d objects valid", n)
 		})
 	}
+	// the pre-upgrade hook exists only in an upgrade's manifest
+	t.Run("upgrade hook", func(t *testing.T) {
+		args := append([]string{"template", "r", "charts/monoceph", "--namespace", "storage", "--is-upgrade",
+			"--show-only", "templates/upgrade-hook.yaml"}, withMinimal("rbd.storageClass.create=true", "rbd.storageClass.pool=rbd")...)
+		out, err := helmCmd(t, args...)
+		if err != nil {
+			t.Fatalf("helm template --is-upgrade: %v", err)
+		}
+		kinds := map[string]int{}
+		for _, o := range kubetest.Objects(t, "helm template --is-upgrade", []byte(out)) {
+			if _, err := res.of(t, o, "storage").Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+				t.Errorf("%s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+			kinds[o.GetKind()]++
+			if o.GetKind() == "Job" {
+				checkRestricted(t, kc, o)
+			}
+		}
+		if want := map[string]int{"ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "Job": 1}; fmt.Sprint(kinds) != fmt.Sprint(want) {
+			t.Errorf("upgrade hook objects %v, want %v", kinds, want)
+		}
+	})
 }
 
-// checkRestricted creates the pod template of a Deployment as a Pod (dry run) in a namespace
-// that enforces the "restricted" Pod Security level: the controllers need no privilege at all.
-func checkRestricted(t *testing.T, kc kubernetes.Interface, deploy *unstructured.Unstructured) {
+// checkRestricted creates the pod template of a Deployment or Job as a Pod (dry run) in a
+// namespace that enforces the "restricted" Pod Security level: the controllers and the upgrade
+// hook need no privilege at all.
+func checkRestricted(t *testing.T, kc kubernetes.Interface, o *unstructured.Unstructured) {
 	t.Helper()
-	var d appsv1.Deployment
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(deploy.Object, &d); err != nil {
-		t.Fatal(err)
+	var tmpl corev1.PodTemplateSpec
+	switch o.GetKind() {
+	case "Deployment":
+		var d appsv1.Deployment
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
+			t.Fatal(err)
+		}
+		tmpl = d.Spec.Template
+	case "Job":
+		var j batchv1.Job
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &j); err != nil {
+			t.Fatal(err)
+		}
+		tmpl = j.Spec.Template
+	default:
+		t.Fatalf("%s %s has no pod template", o.GetKind(), o.GetName())
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Labels: d.Spec.Template.Labels}, Spec: d.Spec.Template.Spec}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: o.GetName(), Labels: tmpl.Labels}, Spec: tmpl.Spec}
 	if _, err := kc.CoreV1().Pods("restricted").Create(context.Background(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-		t.Errorf("Deployment %s: its pods are refused where Pod Security enforces restricted: %v", d.Name, err)
+		t.Errorf("%s %s: its pods are refused where Pod Security enforces restricted: %v", o.GetKind(), o.GetName(), err)
 	}
 }
