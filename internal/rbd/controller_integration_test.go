@@ -154,6 +154,16 @@ func TestSnapshotCloneRoundTrip(t *testing.T) {
 	if got := e.read(t, late.GetVolume().GetVolumeContext()["imageName"], 1*mib, len(before)); !bytes.Equal(got, before) {
 		t.Fatal("late clone lacks the snapshot's data")
 	}
+	// the clone is a live volume of its own, not hidden like its deleted source (librbd copies
+	// a parent's image metadata into its clones)
+	if _, err := e.client.ValidateVolumeCapabilities(ctx, &csi.ValidateVolumeCapabilitiesRequest{VolumeId: late.GetVolume().GetVolumeId(), VolumeCapabilities: mountCap, Secrets: e.cl.Secrets()}); err != nil {
+		t.Errorf("ValidateVolumeCapabilities of the late clone: %v", err)
+	}
+	if _, err := e.client.ControllerPublishVolume(ctx, e.publishReq(late.GetVolume().GetVolumeId(), "node-a", mountCap[0], false)); err != nil {
+		t.Errorf("publish of the late clone: %v", err)
+	} else if err := e.unpublish(t, late.GetVolume().GetVolumeId(), "node-a"); err != nil {
+		t.Errorf("unpublish of the late clone: %v", err)
+	}
 	if _, err := e.client.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: s.GetSnapshotId(), Secrets: e.cl.Secrets()}); err != nil {
 		t.Fatal(err)
 	}

@@ -185,6 +185,20 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	_, err = e.group.CreateVolumeGroupSnapshot(ctx, e.groupReq("gs2", a, b))
 	wantCode(t, "group snapshot of a deleted volume", err, codes.NotFound)
 
+	// attaching: a restored volume is an ordinary volume; the hidden source and a member's
+	// snapshot ID name no volume that can be published
+	snw := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	if _, err := e.client.ControllerPublishVolume(ctx, e.publishReq(restoredB.GetVolume().GetVolumeId(), "node-a", snw, false)); err != nil {
+		t.Errorf("publish of a volume restored from a member: %v", err)
+	}
+	if err := e.unpublish(t, restoredB.GetVolume().GetVolumeId(), "node-a"); err != nil {
+		t.Errorf("unpublish of a volume restored from a member: %v", err)
+	}
+	_, err = e.client.ControllerPublishVolume(ctx, e.publishReq(b, "node-a", snw, false))
+	wantCode(t, "publish of a deleted volume a group snapshot keeps hidden", err, codes.NotFound)
+	_, err = e.client.ControllerPublishVolume(ctx, e.publishReq(members[a].GetSnapshotId(), "node-a", snw, false))
+	wantCode(t, "publish of a member snapshot ID", err, codes.NotFound)
+
 	// delete: a mismatched member list is refused, then everything goes, the hidden volume too
 	_, err = e.group.DeleteVolumeGroupSnapshot(ctx, &csi.DeleteVolumeGroupSnapshotRequest{GroupSnapshotId: gs.GetGroupSnapshotId(), SnapshotIds: []string{members[b].GetSnapshotId()}, Secrets: secrets})
 	wantCode(t, "DeleteVolumeGroupSnapshot with a member missing", err, codes.InvalidArgument)

@@ -127,6 +127,9 @@ func copyMember(ctx context.Context, parent radosop.Location, image string, snap
 			return struct{}{}, err
 		}
 		faultpoint.Hit("rbd.CreateVolume.copied")
+		if err := dropInherited(dimg); err != nil {
+			return struct{}{}, err
+		}
 		return struct{}{}, dimg.SetMetadata(metaCopied, metaCopiedTrue)
 	})
 	return err

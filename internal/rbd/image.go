@@ -137,16 +137,37 @@ func createOrRepair(io *rados.IOContext, name string, create func() error) error
 }
 
 func resize(io *rados.IOContext, name string, size uint64) error {
+	return withImage(io, name, func(img *rbd.Image) error { return growTo(img, size) })
+}
+
+// withImage opens an image for writing and runs fn on it.
+func withImage(io *rados.IOContext, name string, fn func(*rbd.Image) error) error {
 	img, err := rbd.OpenImage(io, name, rbd.NoSnapshot)
 	if err != nil {
 		return err
 	}
 	defer img.Close()
+	return fn(img)
+}
+
+// growTo resizes an image to size unless it is that large already.
+func growTo(img *rbd.Image, size uint64) error {
 	cur, err := img.GetSize()
 	if err != nil || cur >= size {
 		return err
 	}
 	return img.Resize(size)
+}
+
+// dropInherited removes the image metadata a new image took along from its source but that
+// describes the source: librbd's clone and copy copy the parent's metadata, so a volume restored
+// from a snapshot of a deleted (hidden) volume would read as deleted too, and every later call
+// on it (ControllerPublish, expand, modify) would answer NOT_FOUND.
+func dropInherited(img *rbd.Image) error {
+	if err := img.RemoveMetadata(metaDeleted); err != nil && !isNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 // depth counts the ancestors of an image, following parents into other pools and the trash.

@@ -488,7 +488,15 @@ func (c *Controller) cloneWith(ctx context.Context, parent, dst radosop.Location
 				return struct{}{}, err
 			}
 		}
-		if err := resize(io, child, size); err != nil {
+		// on every pass, not only after creating: a kill between the clone and these steps
+		// leaves them to the retry
+		err = withImage(io, child, func(img *rbd.Image) error {
+			if err := growTo(img, size); err != nil {
+				return err
+			}
+			return dropInherited(img)
+		})
+		if err != nil {
 			return struct{}{}, err
 		}
 		n, err := depth(r, io, child, c.opts.MaxCloneDepth)
