@@ -20,7 +20,7 @@ ARG APT_CONFIG
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       gcc libc6-dev make \
-      librados-dev librbd-dev \
+      librados-dev librbd-dev libcephfs-dev \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=go /usr/local/go /usr/local/go
 ENV PATH=/usr/local/go/bin:$PATH CGO_ENABLED=1
@@ -49,9 +49,10 @@ RUN printf 'path-exclude %s\n' /usr/bin/radosgw-admin '/usr/bin/cephfs-*' /usr/b
 # What monoceph runs, and nothing else (grep the code for hostexec Run calls and LookPath):
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-# the Ceph C libraries monoceph links against (go-ceph's rados and rbd; CephFS goes through
-# the manager's volumes module over librados)
-      librados2 librbd1 \
+# the Ceph C libraries monoceph links against: go-ceph's rados and rbd, and cephfs for the
+# one thing librados cannot reach, commands to the MDS (listing and evicting a fenced node's
+# sessions); volumes themselves go through the manager's volumes module over librados
+      librados2 librbd1 libcephfs2 \
 # `rbd device map/unmap/list`: how the krbd and rbd-nbd mounters attach images
       ceph-common \
 # the CephFS fuse mounter

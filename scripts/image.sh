@@ -155,7 +155,7 @@ build() {
   # nothing of the build's mounts is left in the image
   podman run --rm --network host --entrypoint sh "$image" -c \
     'set -e; /usr/local/bin/monoceph --version; ! ldd /usr/local/bin/monoceph | grep "not found"
-     dpkg-query -W -f "\${Package} \${Version}\n" librados2 librbd1; test -z "$(ls -A /mnt)"' >&2 ||
+     dpkg-query -W -f "\${Package} \${Version}\n" librados2 librbd1 libcephfs2; test -z "$(ls -A /mnt)"' >&2 ||
     die "$image: monoceph does not start, lacks a library, or the image holds build mounts"
 }
 
