@@ -352,6 +352,13 @@ func (e *env) stepTwoNodes() {
 	if err := syscall.Kill(rbdFuse[0], syscall.SIGKILL); err != nil {
 		e.t.Fatal(err)
 	}
+	// and so does its CephFS client, frozen until now: left stopped, it stalled unrelated
+	// processes of this machine in uninterruptible sleep (a fork of this test process hung 18
+	// minutes). A's session is already evicted by the fence, so B's write below still shows
+	// the fence, not the session timeout (60 s), let it through.
+	if err := syscall.Kill(fusePIDs[0], syscall.SIGKILL); err != nil {
+		e.t.Fatal(err)
+	}
 	// any Ceph client from node A's address is shut out
 	if out, err := e.cephCmdAt(a, "rados", "-p", e.ceph.RBDPool, "stat", "monoceph.no-such-object"); err == nil || !strings.Contains(err.Error(), "(108)") {
 		e.t.Errorf("a Ceph client on node A after the fence: %v %s; want ESHUTDOWN (108)", err, out)
