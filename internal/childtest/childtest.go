@@ -25,12 +25,21 @@ type Child struct {
 }
 
 // Command is the test binary run again for the test function named test, with env added to
-// this process's environment. Its temporary directories go under t's (TMPDIR): a helper that
-// is SIGKILLed on purpose never removes its own, and t removes them when it ends.
+// this process's environment. Its temporary directories go under a directory of its own
+// (TMPDIR) that t removes when it ends: a helper that is SIGKILLed on purpose never removes
+// its own. That directory is a short one directly in the system's temporary directory, not
+// under t.TempDir(): the helper's directories carry its test's name after it, and a unix
+// socket there (a helper's csi.sock) must fit in the 108 bytes of a socket address, which
+// the parent's (sub)test name in the path overran.
 func Command(t testing.TB, test string, env ...string) *exec.Cmd {
 	t.Helper()
+	dir, err := os.MkdirTemp("", "child")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
-	cmd.Env = append(append(os.Environ(), "TMPDIR="+t.TempDir()), env...)
+	cmd.Env = append(append(os.Environ(), "TMPDIR="+dir), env...)
 	return cmd
 }
 
