@@ -403,6 +403,12 @@ func (e *env) stepTwoNodes() {
 	e.setVolumesInUse(a, csiVolumeName(pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle), false)
 	fsB.unmount()
 	e.kubeletStop(readerPod, b, mB)
+	// node A's kubelet, back, removes its pod (its volume already unmounted above); until the
+	// pod object goes, PVC protection keeps the claim, and with it the PV
+	zero := int64(0)
+	if err := e.kc.CoreV1().Pods(userNS).Delete(ctx, writerPod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+		e.t.Fatal(err)
+	}
 	e.deletePVC("rwo", pv)
 	e.deletePVC("shared", fsPV)
 }
