@@ -1,11 +1,24 @@
 # monoceph — build, test, lint, bench and run against a local Ceph cluster.
 #
-# go-ceph selects the Ceph C API it compiles against with a build tag named after the oldest
-# Ceph release it must support. Debian 12 ships Ceph 16.2 (Pacific), hence the default below.
-# Against newer libraries: CEPH_RELEASE=quincy|reef|squid, or CEPH_RELEASE= (empty) for the
-# newest release go-ceph v0.40.0 knows (Tentacle, 20.x).
+# Ceph releases. CEPH_RELEASE is the release of the local cluster's daemons
+# (scripts/ceph-local.sh): pacific (the default: Debian 12's own Ceph 16.2, the quickest here),
+# reef (18.2) or tentacle (20.2). CEPH_CLIENT (default: CEPH_RELEASE) is the release of the Ceph
+# C libraries, CLIs and FUSE clients that the driver and the tests are built and run with; it
+# differs in cross-version runs only (CEPH_CLIENT=reef, the image's libraries, against a Pacific
+# or Tentacle cluster).
+# go-ceph selects the C API it compiles against with a build tag named after the oldest release
+# it must support: CEPH_CLIENT is that tag (`tentacle` matches no go-ceph constraint, which gives
+# the newest API; quincy and squid build where those libraries are installed).
+# When CEPH_CLIENT's libraries are not the ones installed here (scripts/ceph-release.sh says
+# which are), build, unit, test, sanity, faults, bench and test-core run inside that release's
+# Debian root filesystem (scripts/ceph-root.sh: trixie for reef, forky for tentacle) with the
+# host's Go toolchain, caches and tools, so that the libraries, the CLIs, ceph-fuse and rbd-fuse
+# the tests use are the release's own.
 CEPH_RELEASE ?= pacific
-export GOFLAGS := -tags=$(CEPH_RELEASE) -buildvcs=false
+CEPH_CLIENT ?= $(CEPH_RELEASE)
+export CEPH_RELEASE CEPH_CLIENT
+export GOFLAGS := -tags=$(CEPH_CLIENT) -buildvcs=false
+IN_ROOT := $(if $(filter reef tentacle,$(CEPH_CLIENT)),$(filter-out $(shell scripts/ceph-release.sh 2>/dev/null),$(CEPH_CLIENT)))
 export CGO_ENABLED := 1
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -26,29 +39,63 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BI
 	MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
-.PHONY: all build test unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e faults \
-	image image-base image-save
+.PHONY: all build test sanity test-core unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e \
+	faults image image-base image-save test-matrix
 
 all: build
 
 deps:
 	scripts/install-deps.sh
 
+TEST_TOOLS := $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-controller-manager
+
+ifneq ($(IN_ROOT),)
+# CEPH_CLIENT's libraries are not installed here: the goal runs in that release's root
+# filesystem (see the top), after what the root filesystem cannot do itself: download modules
+# (Go runs there with GOPROXY=off), build the test tools (any libc runs them), start the
+# cluster (CEPH_RELEASE's daemons run from their own root filesystem, which may be another one).
+ENTER_ROOT = scripts/ceph-root.sh run $(IN_ROOT) $(MAKE) --no-print-directory $@ VERSION=$(VERSION)
+
+build unit:
+	@go mod download
+	@$(ENTER_ROOT)
+
+test sanity faults bench test-core: $(TEST_TOOLS)
+	@go mod download
+	@scripts/ceph-local.sh start >/dev/null
+	@$(ENTER_ROOT)
+
+else
 build:
 	go build -ldflags "$(LDFLAGS)" -o $(BIN)/monoceph ./cmd/monoceph
 
 # Unit and integration tests. Integration tests run against the local cluster (started here
 # when it is not running) and fail, rather than skip, when it is unreachable.
-# The csi-sanity suites (e2e/sanity) run one at a time after the rest: each starts a driver on
-# the shared cluster, and an unfiltered ListSnapshots rightly sees the other suite's snapshots.
-# The fault-injection suite comes last.
-test: build $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/kube-controller-manager
+# The csi-sanity suites (make sanity) run after the rest, and the fault-injection suite last.
+test: build $(TEST_TOOLS)
 	@$(CEPH_ENV) && $(TEST_ENV) && \
 	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)')
+	@$(MAKE) --no-print-directory sanity
+	@$(MAKE) --no-print-directory faults
+
+# The csi-sanity suites (e2e/sanity: RBD mount, RBD block, CephFS), one at a time: each starts
+# a driver on the shared cluster, and an unfiltered ListSnapshots rightly sees the other
+# suite's snapshots.
+sanity: $(TEST_TOOLS)
 	@set -o pipefail; rm -f $(BIN)/sanity.log; $(CEPH_ENV) && $(TEST_ENV) && \
 	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \
 	  { echo "::: csi-sanity failures (whole log: $(BIN)/sanity.log):"; grep -E -A3 "$(SANITY_FAILURES)" $(BIN)/sanity.log; exit 1; }
-	@$(MAKE) --no-print-directory faults
+
+# The suites that prove a release (CI runs them on Reef and Tentacle, make test runs them
+# all): the three csi-sanity suites, changed blocks against `rbd diff` (the CBT oracle),
+# fencing enforced on a real client, and the shallow-volume concurrency property.
+CORE_TESTS := ./internal/snapmeta:TestMatchesRBDDiff|TestCloneIncludesParent \
+	./internal/fence:TestFencingIsEnforced ./internal/cephfs:TestShallowConcurrencyProperty
+test-core: $(TEST_TOOLS)
+	@$(CEPH_ENV) && $(TEST_ENV) && for t in $(CORE_TESTS); do \
+	  go test -race -count=1 -timeout $(TEST_TIMEOUT) -v "$${t%%:*}" -run "^($${t#*:})$$" 2>&1 | \
+	    grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test\.go:)' ; test $${PIPESTATUS[0]} -eq 0 || exit 1; done
+	@$(MAKE) --no-print-directory sanity
 
 # The fault-injection suite (e2e/faults): the controllers as processes under CO-like load while
 # the monitor, OSD, manager and the controllers themselves fail, then garbage requests; nothing
@@ -62,6 +109,12 @@ faults: build
 # Unit tests only: integration tests skip themselves without a cluster.
 unit:
 	go test -count=1 ./...
+
+# Benchmarks against the local cluster; each runs its own fixed sample sizes once and prints its
+# ratio to a floor measured in the same run.
+bench:
+	@$(CEPH_ENV) && MONOCEPH_INTEGRATION=1 go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
+endif
 
 # Linters, pinned in one tools module: staticcheck and goimports (x/tools at staticcheck's version).
 $(BIN)/staticcheck: $(TOOLS)/lint/go.mod $(TOOLS)/lint/go.sum
@@ -165,11 +218,6 @@ lint: $(BIN)/staticcheck $(BIN)/goimports
 fmt: $(BIN)/goimports
 	gofmt -w $$(git ls-files '*.go')
 	$(BIN)/goimports -w $$(git ls-files '*.go')
-
-# Benchmarks against the local cluster; each runs its own fixed sample sizes once and prints its
-# ratio to a floor measured in the same run.
-bench:
-	@$(CEPH_ENV) && MONOCEPH_INTEGRATION=1 go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 
 # End-to-end: the Helm chart on a real kube-apiserver, kube-controller-manager and etcd (no
 # kubelet: the test binds the chart's pods and runs monoceph's containers with podman from the
