@@ -89,7 +89,7 @@ sanity: $(TEST_TOOLS)
 # The suites that prove a release (CI runs them on Reef and Tentacle, make test runs them
 # all): the three csi-sanity suites, changed blocks against `rbd diff` (the CBT oracle),
 # fencing enforced on a real client, and the shallow-volume concurrency property.
-CORE_TESTS := ./internal/snapmeta:TestMatchesRBDDiff|TestCloneIncludesParent \
+CORE_TESTS := './internal/snapmeta:TestMatchesRBDDiff|TestCloneIncludesParent' \
 	./internal/fence:TestFencingIsEnforced ./internal/cephfs:TestShallowConcurrencyProperty
 test-core: $(TEST_TOOLS)
 	@$(CEPH_ENV) && $(TEST_ENV) && for t in $(CORE_TESTS); do \
