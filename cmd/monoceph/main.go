@@ -91,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replace-immutable" {
 		return replaceImmutable(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "rbd-fuse" {
+		return rbdFuse(args[1:], stderr)
+	}
 	cfg, showVersion, err := parseFlags(args, stderr)
 	if err == flag.ErrHelp {
 		return 0
