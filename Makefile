@@ -35,7 +35,7 @@ SANITY_FILTER := sed 's/\x1b\[[0-9;]*m//g' | tee $(BIN)/sanity.log | grep -vE '^
 SANITY_FAILURES := \[FAILED\] (Unexpected error|Expected)|^ +\[FAIL\] |^--- FAIL|: the sanity run left
 
 SHELL := /bin/bash
-TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BIN)/csi-addons \
+TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph MONOCEPH_CSI_ADDONS_BIN=$(CURDIR)/$(BIN)/csi-addons \
 	MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 

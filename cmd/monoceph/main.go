@@ -108,6 +108,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer klog.Flush()
 
+	// this executable serves `monoceph rbd-fuse` for the node plugin (attach.Fuse.Server)
+	if cfg.RBDFuseServer, err = os.Executable(); err != nil {
+		fmt.Fprintf(stderr, "monoceph: %v\n", err)
+		return 1
+	}
 	d, err := driver.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "monoceph: %v\n", err)
