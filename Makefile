@@ -18,7 +18,8 @@ CEPH_RELEASE ?= pacific
 CEPH_CLIENT ?= $(CEPH_RELEASE)
 export CEPH_RELEASE CEPH_CLIENT
 export GOFLAGS := -tags=$(CEPH_CLIENT) -buildvcs=false
-IN_ROOT := $(if $(filter reef tentacle,$(CEPH_CLIENT)),$(filter-out $(shell scripts/ceph-release.sh 2>/dev/null),$(CEPH_CLIENT)))
+HOST_CEPH := $(shell scripts/ceph-release.sh 2>/dev/null)
+IN_ROOT := $(if $(filter reef tentacle,$(CEPH_CLIENT)),$(filter-out $(HOST_CEPH),$(CEPH_CLIENT)))
 export CGO_ENABLED := 1
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -40,7 +41,7 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
 .PHONY: all build test sanity test-core unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e \
-	faults image image-base image-save test-matrix
+	faults image image-base image-save test-releases test-matrix bench-matrix
 
 all: build
 
@@ -223,12 +224,50 @@ fmt: $(BIN)/goimports
 # kubelet: the test binds the chart's pods and runs monoceph's containers with podman from the
 # image built here, the real sidecars as local processes), against the local Ceph cluster.
 # Also lints the chart and validates its objects with server-side dry runs.
+# CEPH_RELEASE picks the cluster; the driver is always the image (Reef's libraries), and the
+# test and the monoceph it runs here (changed-blocks) are built with this host's libraries.
 E2E_TIMEOUT ?= 20m
-e2e: build e2e-tools image
-	@$(CEPH_ENV) && export MONOCEPH_INTEGRATION=1 MONOCEPH_E2E=1 MONOCEPH_E2E_BIN=$(CURDIR)/$(BIN) \
+e2e: e2e-tools image
+	@$(MAKE) --no-print-directory build CEPH_CLIENT=$(HOST_CEPH)
+	@$(CEPH_ENV) && export GOFLAGS="-tags=$(HOST_CEPH) -buildvcs=false" MONOCEPH_INTEGRATION=1 MONOCEPH_E2E=1 MONOCEPH_E2E_BIN=$(CURDIR)/$(BIN) \
 	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \
 	  go test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/kube/ 2>&1 | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
+
+# Other Ceph releases, one cluster at a time: they share the ports (CEPH_MON_V2_PORT, ...), and
+# a cluster keeps its release, so each lives in a directory of its own: CEPH_DIR-<release>
+# where CEPH_DIR is set, else the release's default (scripts/ceph-local.sh).
+RELEASE_DIR = $(if $(CEPH_DIR),CEPH_DIR=$(CEPH_DIR)-$(1))
+# run_release <release> <client> <goals>: the goals against that release's cluster, which
+# is stopped afterwards
+run_release = $(MAKE) --no-print-directory $(3) CEPH_RELEASE=$(1) CEPH_CLIENT=$(2) $(call RELEASE_DIR,$(1)) && \
+	CEPH_RELEASE=$(1) $(call RELEASE_DIR,$(1)) scripts/ceph-local.sh stop >/dev/null
+
+# What CI proves on Reef and Tentacle after the Pacific suites: make test-core on each, in its
+# root filesystem (scripts/ceph-root.sh, cached in /var/cache/monoceph/rootfs). The Pacific
+# cluster of the earlier goals is stopped first (same ports; memstore keeps its data).
+test-releases:
+	@scripts/ceph-local.sh stop >/dev/null
+	@$(call run_release,reef,reef,test-core)
+	@$(call run_release,tentacle,tentacle,test-core)
+
+# Everything on every release: make test (integration, crash, csi-sanity and fault suites) and
+# make e2e on Pacific, Reef and Tentacle, then the cross-version csi-sanity runs (the default
+# image's libraries, Reef's, against Pacific and Tentacle clusters). Over an hour on 2 cores.
+test-matrix:
+	@scripts/ceph-local.sh stop >/dev/null
+	@$(call run_release,pacific,pacific,test e2e)
+	@$(call run_release,reef,reef,test e2e)
+	@$(call run_release,tentacle,tentacle,test e2e)
+	@$(call run_release,pacific,reef,sanity)
+	@$(call run_release,tentacle,reef,sanity)
+
+# make bench on every release, each against its own cluster (README, Ceph releases).
+bench-matrix:
+	@scripts/ceph-local.sh stop >/dev/null
+	@$(call run_release,pacific,pacific,bench)
+	@$(call run_release,reef,reef,bench)
+	@$(call run_release,tentacle,tentacle,bench)
 
 # The container image (Dockerfile) built with buildah from base images made here, no registry
 # needed (scripts/image.sh; the Debian base comes from scripts/rootfs.sh, cached in
