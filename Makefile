@@ -81,8 +81,10 @@ test: build $(TEST_TOOLS)
 
 # The csi-sanity suites (e2e/sanity: RBD mount, RBD block, CephFS), one at a time: each starts
 # a driver on the shared cluster, and an unfiltered ListSnapshots rightly sees the other
-# suite's snapshots.
-sanity: $(TEST_TOOLS)
+# suite's snapshots. The RBD suites run bin/monoceph as the fuse mounter's server where the
+# node's rbd-fuse cannot serve a pool or namespace (Reef, Tentacle): it is built first, with
+# the libraries the suites run with.
+sanity: build $(TEST_TOOLS)
 	@set -o pipefail; rm -f $(BIN)/sanity.log; $(CEPH_ENV) && $(TEST_ENV) && \
 	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \
 	  { echo "::: csi-sanity failures (whole log: $(BIN)/sanity.log):"; grep -E -A3 "$(SANITY_FAILURES)" $(BIN)/sanity.log; exit 1; }
@@ -92,7 +94,7 @@ sanity: $(TEST_TOOLS)
 # fencing enforced on a real client, and the shallow-volume concurrency property.
 CORE_TESTS := './internal/snapmeta:TestMatchesRBDDiff|TestCloneIncludesParent' \
 	./internal/fence:TestFencingIsEnforced ./internal/cephfs:TestShallowConcurrencyProperty
-test-core: $(TEST_TOOLS)
+test-core: build $(TEST_TOOLS)
 	@$(CEPH_ENV) && $(TEST_ENV) && for t in $(CORE_TESTS); do \
 	  go test -race -count=1 -timeout $(TEST_TIMEOUT) -v "$${t%%:*}" -run "^($${t#*:})$$" 2>&1 | \
 	    grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test\.go:)' ; test $${PIPESTATUS[0]} -eq 0 || exit 1; done
