@@ -113,3 +113,15 @@ func envOr(k, def string) string {
 	}
 	return def
 }
+
+// ReadableKey adds to an "auth get-or-create" monitor command the key type this process's
+// librados can read. Tentacle 20.2.4's monitors make aes256k keys by default (CVE-2025-30156),
+// which Pacific's and Reef's libraries cannot read: monoceph refuses such a user as
+// UNAUTHENTICATED, rightly, so a test that makes a user to connect as asks for an aes key where
+// its libraries need one (the local clusters allow aes; older monitors ignore key_type).
+func ReadableKey(cmd map[string]any) map[string]any {
+	if !ceph.ReadsAES256KKeys() {
+		cmd["key_type"] = "aes"
+	}
+	return cmd
+}
