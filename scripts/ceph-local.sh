@@ -12,10 +12,20 @@
 #   status           exit 0 and print `ceph -s` when the cluster answers, exit 1 otherwise.
 #   env              print the export lines of a running cluster.
 #
-# All state lives in $CEPH_DIR (default ${TMPDIR:-/tmp}/monoceph-ceph). Needs scripts/install-deps.sh.
+# All state lives in $CEPH_DIR (default ${TMPDIR:-/tmp}/monoceph-ceph, and monoceph-ceph-<release>
+# for other releases than pacific). Needs scripts/install-deps.sh.
+#
+# CEPH_RELEASE=pacific|reef|tentacle (default pacific, the host's own Ceph on Debian 12) picks
+# the release of the daemons. Reef and Tentacle run chrooted in their Debian root filesystem
+# (scripts/ceph-root.sh: the first start builds it, one to two minutes), on the same ports and
+# with the same layout. A cluster keeps its release: starting it as another is an error naming
+# --fresh. Inside another release's root filesystem (a client of another release, e.g. the
+# image's Reef libraries against a Pacific cluster), a cluster can be used but not started.
 set -euo pipefail
 
-CEPH_DIR=${CEPH_DIR:-${TMPDIR:-/tmp}/monoceph-ceph}
+RELEASE=${CEPH_RELEASE:-pacific}
+# a cluster keeps its release: each release has a default directory of its own
+CEPH_DIR=${CEPH_DIR:-${TMPDIR:-/tmp}/monoceph-ceph$([[ $RELEASE == pacific ]] || echo "-$RELEASE")}
 CEPH_DIR=$(realpath -m "$CEPH_DIR") # daemons chdir("/") when they daemonize: paths must be absolute
 MON_V2_PORT=${CEPH_MON_V2_PORT:-3300}
 MON_V1_PORT=${CEPH_MON_V1_PORT:-6789}
@@ -32,12 +42,16 @@ CONF=$CEPH_DIR/ceph.conf
 KEYRING=$CEPH_DIR/keyring
 RUN=$CEPH_DIR/run
 DAEMONS=(mon.a mgr.x osd.0 mds.a)
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 T0=$EPOCHREALTIME
 
 # Daemons and tools run with a clean environment: what the caller exported must not reach them.
 # The env file this script writes exports CEPH_ARGS="--conf … --keyring … --id admin"; a daemon
 # restarted under it runs as client.admin and fails ("failed to fetch mon config").
-clean() { env -i PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 "$@"; }
+# They run from /, as systemd starts them: Debian's Reef and Tentacle OSDs look for their object
+# classes in the relative directory lib/<arch>/rados-classes (osd_class_dir), and without them
+# RBD and the manager's SQLite answer EOPNOTSUPP.
+clean() { env -i -C / PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 "$@"; }
 
 log() { printf '[ceph-local %6.1fs] %s\n' "$(awk "BEGIN{print $EPOCHREALTIME - $T0}")" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -71,6 +85,7 @@ write_env() {
   key=$(clean ceph-authtool -p -n client.admin "$KEYRING")
   cat >"$CEPH_DIR/env" <<ENV
 export CEPH_DIR=$CEPH_DIR
+export CEPH_RELEASE=$RELEASE
 export CEPH_CONF=$CONF
 export CEPH_KEYRING=$KEYRING
 export CEPH_ARGS="--conf $CONF --keyring $KEYRING --id admin"
@@ -103,10 +118,42 @@ finish() {
   exit 0
 }
 
+# Debian 13's ceph-mgr 18.2.7 (Reef) imports bcrypt in mgr_util.py, which every manager module
+# loads in a Python sub-interpreter, where Debian's python3-bcrypt (Rust, PyO3) refuses to load:
+# every module fails, volumes included. When that is the case here, the manager gets a stand-in
+# bcrypt module whose functions raise (only the dashboard hashes passwords).
+start_mgr() {
+  local path=$CEPH_DIR/mgr-python
+  # Python 3.13's _interpreters runs the import in a sub-interpreter, as ceph-mgr does
+  if grep -qs '^import bcrypt' /usr/share/ceph/mgr/mgr_util.py && ! clean /usr/bin/python3 -c '
+try:
+    import _interpreters as i
+except ImportError:
+    raise SystemExit(0)  # an older Python: no sub-interpreter to try the import in
+raise SystemExit(i.exec(i.create(), "import bcrypt") is not None)' 2>/dev/null; then
+    mkdir -p "$path/bcrypt"
+    cat >"$path/bcrypt/__init__.py" <<'PY'
+"""bcrypt stand-in for ceph-mgr, written by monoceph's scripts/ceph-local.sh: the real module
+cannot load in the manager's sub-interpreters here."""
+
+
+def _unavailable(*args, **kwargs):
+    raise RuntimeError("bcrypt cannot load in ceph-mgr's Python sub-interpreters on this system")
+
+
+gensalt = hashpw = checkpw = kdf = _unavailable
+PY
+    log "ceph-mgr: python3-bcrypt cannot load in sub-interpreters, using a stand-in ($path)"
+    clean PYTHONPATH="$path" ceph-mgr -c "$CONF" -i x
+  else
+    clean ceph-mgr -c "$CONF" -i x
+  fi
+}
+
 start_daemons() {
   pid_alive "$RUN/mon.a.pid" || clean ceph-mon -c "$CONF" -i a
   wait_for "mon up" c mon stat
-  pid_alive "$RUN/mgr.x.pid" || clean ceph-mgr -c "$CONF" -i x
+  pid_alive "$RUN/mgr.x.pid" || start_mgr
   rm -f "$CEPH_DIR/.osd-saved"
   pid_alive "$RUN/osd.0.pid" || clean ceph-osd -c "$CONF" -i 0
   pid_alive "$RUN/mds.a.pid" || clean ceph-mds -c "$CONF" -i a 2>/dev/null
@@ -165,6 +212,8 @@ err to stderr = false
 mon data = $CEPH_DIR/mon/\$id
 mon cluster log file = $CEPH_DIR/log/cluster.log
 mon pg warn min per osd = 0
+# no restful module (nothing here uses it; on Debian 13's Reef it fails to load, as bcrypt does)
+mgr initial modules = iostat nfs
 
 [mgr]
 log to stderr = false
@@ -201,7 +250,7 @@ CONF
 }
 
 bootstrap() {
-  local fsid osd_uuid osd_id p bin
+  local fsid osd_uuid osd_id p bin check
   for bin in ceph ceph-mon ceph-mgr ceph-osd ceph-mds ceph-authtool monmaptool rbd ss; do
     command -v "$bin" >/dev/null || die "missing $bin: run scripts/install-deps.sh"
   done
@@ -209,22 +258,33 @@ bootstrap() {
     if ss -Hltn "sport = :$p" | grep -q .; then die "TCP port $p already in use (set CEPH_MON_V2_PORT/CEPH_MON_V1_PORT)"; fi
   done
   mkdir -p "$CEPH_DIR"/{mon/a,mgr/x,osd/0,mds/a,log,run,crash}
+  echo "$RELEASE" >"$CEPH_DIR/release"
   fsid=$(cat /proc/sys/kernel/random/uuid)
   write_conf "$fsid"
 
+  # Tentacle's tools (20.2.4, CVE-2025-30156) make aes256k keys and monmaps that accept nothing
+  # else, but Pacific and Reef clients know only aes keys. Where the tools know key types, the
+  # monmap allows both and client.admin gets an aes key, so that clients of every release (the
+  # host's Pacific tools, the image's Reef libraries) can use the cluster; daemons keep aes256k.
+  local legacy=() ciphers=()
+  if grep -q -- --auth-allowed-ciphers < <(clean monmaptool --help 2>&1); then
+    ciphers=(--auth-allowed-ciphers aes,aes256k)
+    legacy=(--key-type aes)
+  fi
   clean ceph-authtool --create-keyring "$CEPH_DIR/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
-  clean ceph-authtool --create-keyring "$KEYRING" --gen-key -n client.admin \
+  clean ceph-authtool --create-keyring "$KEYRING" --gen-key "${legacy[@]}" -n client.admin \
     --cap mon 'allow *' --cap osd 'allow *' --cap mds 'allow *' --cap mgr 'allow *' >/dev/null
   clean ceph-authtool "$CEPH_DIR/mon.keyring" --import-keyring "$KEYRING" >/dev/null
   chmod 600 "$CEPH_DIR/mon.keyring" "$KEYRING"
 
-  clean monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_V2_PORT,v1:127.0.0.1:$MON_V1_PORT]" "$CEPH_DIR/monmap" >/dev/null
+  clean monmaptool --create --fsid "$fsid" --addv a "[v2:127.0.0.1:$MON_V2_PORT,v1:127.0.0.1:$MON_V1_PORT]" \
+    "${ciphers[@]}" "$CEPH_DIR/monmap" >/dev/null
   clean ceph-mon -c "$CONF" --mkfs -i a --monmap "$CEPH_DIR/monmap" --keyring "$CEPH_DIR/mon.keyring"
   clean ceph-mon -c "$CONF" -i a
   wait_for "mon up" c mon stat
 
   c auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' mds 'allow *' -o "$CEPH_DIR/mgr/x/keyring"
-  clean ceph-mgr -c "$CONF" -i x
+  start_mgr
 
   osd_uuid=$(cat /proc/sys/kernel/random/uuid)
   osd_id=$(c osd new "$osd_uuid")
@@ -241,6 +301,12 @@ bootstrap() {
   wait_for "osd.0 up" osd_up
   wait_for "mgr available" mgr_avail
   c config set mgr mgr/devicehealth/enable_monitoring false >/dev/null || true
+  # the aes keys above are deliberate (see the monmap): their health warnings are expected
+  if ((${#ciphers[@]})); then
+    for check in AUTH_INSECURE_CLIENT_KEY_TYPE AUTH_INSECURE_KEYS_ALLOWED AUTH_INSECURE_KEYS_CREATABLE; do
+      c health mute "$check" --sticky >/dev/null
+    done
+  fi
   # clone v2 (clones of unprotected snapshots, snapshot trash) needs mimic or newer clients
   c osd set-require-min-compat-client mimic >/dev/null 2>&1
 
@@ -258,9 +324,10 @@ bootstrap() {
 }
 
 cmd_start() {
-  local fresh=${CEPH_FRESH:-0}
+  local fresh=${CEPH_FRESH:-0} have
   [[ ${1:-} == --fresh ]] && fresh=1
   if ((fresh)); then
+    [[ $CLIENT == "$RELEASE" ]] || die "cannot make a $RELEASE cluster with Ceph $CLIENT's daemons: start it outside the $CLIENT root filesystem"
     if [[ -e $CEPH_DIR ]]; then
       log "--fresh: stopping and deleting the cluster in $CEPH_DIR"
       cmd_stop >/dev/null 2>&1 || true
@@ -268,9 +335,16 @@ cmd_start() {
     fi
     bootstrap
   fi
+  if [[ -f $CEPH_DIR/.bootstrapped ]]; then
+    have=$(cat "$CEPH_DIR/release" 2>/dev/null || echo pacific) # clusters made before releases were recorded
+    [[ $have == "$RELEASE" ]] ||
+      die "the cluster in $CEPH_DIR runs Ceph $have, not $RELEASE (CEPH_RELEASE): use another CEPH_DIR, or \`CEPH_RELEASE=$RELEASE $0 start --fresh\` to replace it"
+  fi
   if [[ -f $CEPH_DIR/.ready ]] && all_alive && c -s >/dev/null 2>&1; then
     finish "cluster in $CEPH_DIR already running"
   fi
+  [[ $CLIENT == "$RELEASE" ]] ||
+    die "no $RELEASE cluster running in $CEPH_DIR, and Ceph $CLIENT's daemons here cannot start one: run \`CEPH_RELEASE=$RELEASE $0 start\` outside the $CLIENT root filesystem first"
   if [[ -f $CEPH_DIR/.bootstrapped ]]; then
     # A cluster's data is deleted only when asked for (--fresh): not when a restart fails, and
     # not when a memstore OSD lost its objects by ending without `stop`.
@@ -361,6 +435,13 @@ cmd_env() {
   [[ -f $CEPH_DIR/.ready && -f $CEPH_DIR/env ]] || die "no cluster running in $CEPH_DIR (run: $0 start)"
   cat "$CEPH_DIR/env"
 }
+
+case $RELEASE in pacific | reef | tentacle) ;; *) die "CEPH_RELEASE=$RELEASE: not pacific, reef or tentacle" ;; esac
+CLIENT=${MONOCEPH_ROOT:-pacific} # the release of the Ceph binaries here
+# daemons of another release than the host's start in that release's root filesystem
+if [[ ${1:-} == start && -z ${MONOCEPH_ROOT:-} && $RELEASE != pacific ]]; then
+  exec "$HERE/ceph-root.sh" run "$RELEASE" "$0" "$@"
+fi
 
 case ${1:-} in
 start) shift; cmd_start "$@" ;;

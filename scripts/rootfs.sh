@@ -220,10 +220,11 @@ if [[ ! -d $dir/rootfs ]]; then
   trap - EXIT
   log "built $dir in $((SECONDS - start)) s ($(du -sm "$dir/rootfs" | cut -f1) MB)"
   # superseded versions of the same suite and package list, and debris of killed builds
-  # (not while a process runs chrooted in one)
+  # (not while a process runs chrooted in one, or in an overlay over one: scripts/ceph-root.sh)
   for old in "$cache/$suite-$id"-* "$cache"/.build-*; do
     [[ -e $old && $old != "$dir" ]] || continue
-    if find /proc/[0-9]*/root -maxdepth 0 -lname "$old/*" 2>/dev/null | grep -q .; then
+    if find /proc/[0-9]*/root -maxdepth 0 -lname "$old/*" 2>/dev/null | grep -q . ||
+      grep -qsF "lowerdir=$old/rootfs" /proc/[0-9]*/mountinfo; then
       log "keeping $old: a process runs in it"
     else
       rm -rf "$old"

@@ -91,6 +91,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replace-immutable" {
 		return replaceImmutable(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "rbd-fuse" {
+		return rbdFuse(args[1:], stderr)
+	}
 	cfg, showVersion, err := parseFlags(args, stderr)
 	if err == flag.ErrHelp {
 		return 0
@@ -105,6 +108,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer klog.Flush()
 
+	// this executable serves `monoceph rbd-fuse` for the node plugin (attach.Fuse.Server)
+	if cfg.RBDFuseServer, err = os.Executable(); err != nil {
+		fmt.Fprintf(stderr, "monoceph: %v\n", err)
+		return 1
+	}
 	d, err := driver.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "monoceph: %v\n", err)

@@ -115,15 +115,19 @@ func (in *inspector) leftovers(t *testing.T) []string {
 	for _, o := range in.objects(t, rbdPool, false) {
 		left = append(left, "rbd namespace object "+o)
 	}
-	var subs []struct {
-		Name string `json:"name"`
-	}
-	if err := json.Unmarshal(in.c.cli(t, "ceph", "fs", "subvolume", "ls", fsName, fsGroup, "-f", "json"), &subs); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range subs {
-		left = append(left, "subvolume "+s.Name)
-	}
+	left = append(left, cephtest.Settled(func() []string {
+		var subs []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal(in.c.cli(t, "ceph", "fs", "subvolume", "ls", fsName, fsGroup, "-f", "json"), &subs); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range subs {
+			names = append(names, "subvolume "+s.Name)
+		}
+		return names
+	})...)
 	for _, o := range in.objects(t, metaPool, false) {
 		left = append(left, fmt.Sprintf("%s object %s", metaPool, o))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/e2e/localdriver"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/driver"
 )
 
@@ -145,17 +146,12 @@ func TestShallowVolumeEndToEnd(t *testing.T) {
 	e.must(err)
 	defer mgr.Release()
 	fsa := admin.NewFromConn(mgr.Rados())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if subs := cephtest.Settled(func() []string {
 		subs, err := fsa.ListSubVolumes(d.Cluster.FSName, group)
 		e.must(err)
-		if len(subs) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("subvolumes left: %v", subs)
-		}
-		time.Sleep(500 * time.Millisecond) // the volumes module purges a retained subvolume asynchronously
+		return subs
+	}); len(subs) != 0 {
+		t.Fatalf("subvolumes left: %v", subs)
 	}
 	e.must(fsa.RemoveSubVolumeGroup(d.Cluster.FSName, group))
 }

@@ -23,7 +23,18 @@ const (
 type Credentials struct {
 	ID  string
 	key *string
+	// aes256k marks a key of the newer type (see keyTypes)
+	aes256k bool
 }
+
+// keyTypes are the cephx key types: an encoded key is u16 type, 8 bytes of creation time, u16
+// secret length and the secret. aes is every release's; aes256k (AES256-CTS-HMAC384-192) is
+// what Ceph 20.2.4 and 19.2.6 create by default (CVE-2025-30156), and only libraries of those
+// releases read it.
+var keyTypes = map[uint16]struct {
+	secret  uint16
+	aes256k bool
+}{1: {16, false}, 2: {32, true}}
 
 // NewCredentials validates an ID and a base64 cephx key.
 func NewCredentials(id, key string) (Credentials, error) {
@@ -39,14 +50,16 @@ func NewCredentials(id, key string) (Credentials, error) {
 	if key == "" {
 		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserKey)
 	}
-	// librados prints a key it cannot decode to stderr, so check the structure here: an
-	// encoded CryptoKey is u16 type (1: AES), 8 bytes of creation time, u16 secret length (16)
-	// and the 16-byte secret.
+	// librados prints a key it cannot decode to stderr, so check the structure here
 	raw, err := base64.StdEncoding.DecodeString(key)
-	if err != nil || len(raw) != 28 || binary.LittleEndian.Uint16(raw[0:2]) != 1 || binary.LittleEndian.Uint16(raw[10:12]) != 16 {
+	if err != nil || len(raw) < 12 {
 		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", SecretUserKey)
 	}
-	return Credentials{ID: id, key: &key}, nil
+	typ, ok := keyTypes[binary.LittleEndian.Uint16(raw[0:2])]
+	if !ok || binary.LittleEndian.Uint16(raw[10:12]) != typ.secret || len(raw) != 12+int(typ.secret) {
+		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", SecretUserKey)
+	}
+	return Credentials{ID: id, key: &key, aes256k: typ.aes256k}, nil
 }
 
 // CredentialsFromSecrets reads userID and userKey from CSI secrets.

@@ -8,6 +8,9 @@ import (
 
 const testKey = "AQDrzwFrbERaOBAAIC0hFOr9eFaKm3LeRoT64w=="
 
+// aes256kKey has the form of the keys Ceph 20.2.4 creates by default (type 2, 32-byte secret).
+const aes256kKey = "AgCVcgVrAAAAACAAAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="
+
 func TestCredentialsFromSecrets(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -31,7 +34,11 @@ func TestCredentialsFromSecrets(t *testing.T) {
 		{"prefix only", map[string]string{"userID": "client.", "userKey": testKey}, "", `"userID" is missing`},
 		{"not base64", map[string]string{"userID": "admin", "userKey": "not base64 !"}, "", "not a base64"},
 		{"base64 but no key", map[string]string{"userID": "admin", "userKey": "AQBtb25vY2VwaC10ZXN0LXNlY3JldC1rZXkteHl6"}, "", "not a base64"},
-		{"wrong type", map[string]string{"userID": "admin", "userKey": "AgDrzwFrbERaOBAAIC0hFOr9eFaKm3LeRoT64w=="}, "", "not a base64"},
+		{"wrong type", map[string]string{"userID": "admin", "userKey": "AwDrzwFrbERaOBAAIC0hFOr9eFaKm3LeRoT64w=="}, "", "not a base64"},
+		// Tentacle's default key type (aes256k): 32-byte secret
+		{"aes256k", map[string]string{"userID": "admin", "userKey": aes256kKey}, "admin", ""},
+		{"aes256k with a 16-byte secret", map[string]string{"userID": "admin", "userKey": "AgDrzwFrbERaOBAAIC0hFOr9eFaKm3LeRoT64w=="}, "", "not a base64"},
+		{"aes with a 32-byte secret", map[string]string{"userID": "admin", "userKey": "AQCVcgVrAAAAACAAAAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}, "", "not a base64"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -45,7 +52,7 @@ func TestCredentialsFromSecrets(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || c.ID != tt.wantID || c.Key() != testKey {
+			if err != nil || c.ID != tt.wantID || c.Key() != tt.secrets["userKey"] {
 				t.Fatalf("got %q/%v", c.ID, err)
 			}
 		})

@@ -239,6 +239,12 @@ func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
 }
 
 func dial(monHost string, cred Credentials, t Timeouts, f flavor) (*rados.Conn, error) {
+	if cred.aes256k && !ReadsAES256KKeys() {
+		// librados would fail with "keyring not found" (ENOENT) after printing to stderr
+		return nil, NewError("read the key", ErrAuth, "it is an aes256k key (Ceph 20.2.4 and 19.2.6 create these by default), "+
+			"which this driver's Ceph libraries cannot read: give client."+cred.ID+" an aes key "+
+			"(ceph auth get-or-create ... --key_type aes, where the monitors allow aes) or run monoceph built with Ceph 20.2.4 libraries")
+	}
 	conn, err := rados.NewConnWithUser(cred.ID)
 	if err != nil {
 		return nil, err
@@ -272,6 +278,19 @@ func dial(monHost string, cred Credentials, t Timeouts, f flavor) (*rados.Conn, 
 	}
 	return conn, nil
 }
+
+// ReadsAES256KKeys reports whether this process's librados reads aes256k cephx keys. The
+// libraries that do (20.2.4, 19.2.6) came with the monitors' mon_auth_allow_insecure_key
+// option, which every release's library knows the name of; older ones answer ENOENT for it.
+var ReadsAES256KKeys = sync.OnceValue(func() bool {
+	conn, err := rados.NewConn()
+	if err != nil {
+		return false
+	}
+	defer conn.Shutdown()
+	_, err = conn.GetConfigOption("mon_auth_allow_insecure_key")
+	return err == nil
+})
 
 func (p *Pool) acquire(e *entry) {
 	p.mu.Lock()

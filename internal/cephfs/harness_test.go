@@ -179,7 +179,7 @@ func (e *env) objects(t testing.TB) []string {
 // key or tracker is left.
 func (e *env) assertEmpty(t testing.TB) {
 	t.Helper()
-	if subs := e.subvolumes(t); len(subs) != 0 {
+	if subs := cephtest.Settled(func() []string { return e.subvolumes(t) }); len(subs) != 0 {
 		t.Errorf("subvolumes left: %v", subs)
 	}
 	if objs := e.objects(t); len(objs) != 0 {

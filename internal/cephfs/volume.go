@@ -3,6 +3,7 @@ package cephfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,7 +377,8 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 	switch st.State {
 	case admin.CloneComplete:
 	case admin.ClonePending, admin.CloneInProgress:
-		return status.Errorf(codes.Aborted, "volume %q is being cloned from %s@%s (%s): retry later", rec.Name, src.subvolume, src.snapshot, st.State)
+		return status.Errorf(codes.Aborted, "volume %q is being cloned from %s@%s (%s%s): retry later", rec.Name, src.subvolume, src.snapshot,
+			st.State, cloneProgress(st))
 	default:
 		// failed or canceled: remove the remains so the next retry starts a fresh clone
 		reason := string(st.State)
@@ -398,6 +400,17 @@ func (c *Controller) ensureClone(ctx context.Context, s site, rec *journal.Recor
 		}
 	}
 	return nil
+}
+
+// cloneProgress says how far a clone got where the volumes module reports it (Squid 19.2 and
+// later, Tentacle: "progress_report"; Pacific and Reef do not), for the ABORTED message a CO
+// shows its user while it retries.
+func cloneProgress(st *admin.CloneStatus) string {
+	p := st.ProgressReport
+	if p.PercentageCloned == "" {
+		return ""
+	}
+	return fmt.Sprintf(", %s copied: %s, %s files", p.PercentageCloned, p.AmountCloned, p.FilesCloned)
 }
 
 // DeleteVolume removes the subvolume (keeping its snapshots, which stay usable), then the

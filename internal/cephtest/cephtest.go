@@ -29,6 +29,11 @@ type Cluster struct {
 	RBDPool  string
 }
 
+// FuseServer is the monoceph executable (MONOCEPH_BIN: make test builds it) whose rbd-fuse
+// subcommand serves RBD images where the node's rbd-fuse cannot (driver.Config.RBDFuseServer);
+// "" when unset, and then rbd-fuse alone serves.
+func FuseServer() string { return os.Getenv("MONOCEPH_BIN") }
+
 // Required reports whether integration tests must run (and so fail instead of skipping).
 func Required() bool { return os.Getenv("MONOCEPH_INTEGRATION") == "1" }
 
@@ -107,4 +112,16 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+// ReadableKey adds to an "auth get-or-create" monitor command the key type this process's
+// librados can read. Tentacle 20.2.4's monitors make aes256k keys by default (CVE-2025-30156),
+// which Pacific's and Reef's libraries cannot read: monoceph refuses such a user as
+// UNAUTHENTICATED, rightly, so a test that makes a user to connect as asks for an aes key where
+// its libraries need one (the local clusters allow aes; older monitors ignore key_type).
+func ReadableKey(cmd map[string]any) map[string]any {
+	if !ceph.ReadsAES256KKeys() {
+		cmd["key_type"] = "aes"
+	}
+	return cmd
 }

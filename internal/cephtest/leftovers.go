@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ceph/go-ceph/rados"
 )
@@ -74,4 +75,24 @@ func ObjectsWithPrefix(io *rados.IOContext, prefix string) ([]string, error) {
 	})
 	sort.Strings(out)
 	return out, err
+}
+
+// SubvolumePurgeWait is how long Settled waits for the volumes module to purge subvolumes.
+const SubvolumePurgeWait = 30 * time.Second
+
+// Settled calls list until it returns nothing or SubvolumePurgeWait has passed, and returns
+// its last answer. For lists of CephFS subvolumes: a subvolume removed with retained snapshots
+// goes once its last snapshot is removed, at once on Pacific but asynchronously on Reef (it
+// stays listed as snapshot-retained, without snapshots, for a few seconds). Also for RADOS
+// objects of removed RBD images whose snapshot clones the OSD trims in the background. What is
+// still listed after the wait is left behind.
+func Settled(list func() []string) []string {
+	deadline := time.Now().Add(SubvolumePurgeWait)
+	for {
+		left := list()
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

@@ -55,6 +55,10 @@ type Config struct {
 	// NodeCommandTimeout bounds each filesystem command of a node (mkfs, fsck, resize2fs,
 	// xfs_growfs); other node commands are bounded by CephTimeouts.Op. 0: the node's default.
 	NodeCommandTimeout time.Duration
+	// RBDFuseServer is the monoceph executable whose `rbd-fuse` subcommand serves RBD images
+	// the node's rbd-fuse cannot (a pool or namespace, with Debian 13's or forky's rbd-fuse);
+	// the command sets its own, empty means rbd-fuse only.
+	RBDFuseServer string
 	// RBDMaxCloneDepth is the parent chain length past which new clones are flattened.
 	RBDMaxCloneDepth int
 	// CephFSCloneWait is how long CreateVolume waits for a CephFS clone before answering

@@ -151,7 +151,7 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 	switch d.cfg.Type {
 	case TypeRBD:
 		return rbdnode.New(rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
-			Timeout: d.cfg.CephTimeouts.Op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool})
+			Timeout: d.cfg.CephTimeouts.Op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool, FuseServer: d.cfg.RBDFuseServer})
 	case TypeCephFS:
 		ns, err := cephfsnode.New(cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: d.cfg.CephTimeouts.Op})
 		if err == nil {

@@ -80,7 +80,7 @@ func BenchmarkFenceUnfence(b *testing.B) {
 		return benchstat.Row{Name: name, Samples: s, Wall: wall, Floor: floor}
 	}
 	addFloor, rmFloor := row("raw range add", rawAdd, nil), row("raw range rm", rawRm, nil)
-	rows := []benchstat.Row{addFloor, rmFloor, row("raw blocklist ls", rawLs, nil)}
+	rows := []benchstat.Row{addFloor, rmFloor, row("blocklist read (osd dump)", rawLs, nil)}
 	for i, s := range sizes {
 		rows = append(rows, row("FenceClusterNetwork "+s.name, fences[i], &addFloor), row("UnfenceClusterNetwork "+s.name, unfences[i], &rmFloor))
 	}

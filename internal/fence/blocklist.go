@@ -1,14 +1,13 @@
 package fence
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,7 +29,7 @@ func (e Entry) String() string {
 	return "address " + e.Prefix.Addr().String()
 }
 
-// Listed is an entry as `osd blocklist ls` reports it.
+// Listed is an entry of the cluster's blocklist.
 type Listed struct {
 	Entry
 	// Until is when the monitors drop the entry; zero when Ceph's time did not parse.
@@ -95,35 +94,45 @@ func blocklistBody(op string, e Entry, expire time.Duration) ([]byte, error) {
 // untilLayout is how the monitors print expiry times ("2026-11-21T17:32:38.053879+0000").
 const untilLayout = "2006-01-02T15:04:05.999999999-0700"
 
-type lsEntry struct {
-	Addr  string `json:"addr"`
-	Range string `json:"range"`
-	Until string `json:"until"`
+// osdMapBlocklist is the blocklist as the OSD map holds it (`osd dump`): entity address →
+// expiry, ranges keyed "cidr:<address>/<prefix length>". Pacific, Reef and Tentacle all write
+// these two maps. `osd blocklist ls` is no stable source: it prints two concatenated arrays up
+// to Tentacle 20.2, and Ceph's main branch has a single-object form behind a switch (ceph PR
+// 65681) that go-ceph v0.41 cannot read either; Ceph's own tests read `osd dump` too.
+type osdMapBlocklist struct {
+	Blocklist      map[string]string `json:"blocklist"`
+	RangeBlocklist map[string]string `json:"range_blocklist"`
 }
 
-// parseBlocklist reads `osd blocklist ls` JSON: Ceph 16.2.15 and later write two concatenated
-// arrays, single addresses then ranges ([...][...]); older monitors write the first only.
-// Entries are classified by their key, not by which array holds them.
+type lsEntry struct {
+	Addr  string
+	Range string
+	Until string
+}
+
+// parseBlocklist reads the blocklist out of `osd dump` JSON: single addresses, then ranges,
+// each in address order. Monitors without range support have no range_blocklist.
 func parseBlocklist(out []byte) ([]Listed, error) {
-	dec := json.NewDecoder(bytes.NewReader(out))
-	var list []Listed
-	for {
-		var arr []lsEntry
-		err := dec.Decode(&arr)
-		if errors.Is(err, io.EOF) {
-			return list, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("decode osd blocklist ls: %w", err)
-		}
-		for _, raw := range arr {
-			l, err := parseListed(raw)
-			if err != nil {
-				return nil, fmt.Errorf("osd blocklist ls: %w", err)
-			}
-			list = append(list, l)
-		}
+	var m osdMapBlocklist
+	if err := json.Unmarshal(out, &m); err != nil {
+		return nil, fmt.Errorf("decode osd dump: %w", err)
 	}
+	var list []Listed
+	for _, addr := range slices.Sorted(maps.Keys(m.Blocklist)) {
+		l, err := parseListed(lsEntry{Addr: addr, Until: m.Blocklist[addr]})
+		if err != nil {
+			return nil, fmt.Errorf("osd dump blocklist: %w", err)
+		}
+		list = append(list, l)
+	}
+	for _, r := range slices.Sorted(maps.Keys(m.RangeBlocklist)) {
+		l, err := parseListed(lsEntry{Range: r, Until: m.RangeBlocklist[r]})
+		if err != nil {
+			return nil, fmt.Errorf("osd dump range_blocklist: %w", err)
+		}
+		list = append(list, l)
+	}
+	return list, nil
 }
 
 func parseListed(raw lsEntry) (Listed, error) {

@@ -51,22 +51,24 @@ func TestParseBlocklist(t *testing.T) {
 		want []Listed
 		err  string
 	}{
-		{name: "empty", in: `[][]`},
-		{name: "nothing at all", in: ``},
-		{name: "two arrays, both families", in: `[{"addr":"[2001:db8::5]:0/0","until":"2026-11-21T17:32:38.053879+0000"},{"addr":"192.0.2.9:0/0","until":"2026-11-21T17:32:38.053879+0000"}]` +
-			`[{"range":"[2001:db8::]:0/64","until":"2026-11-21T17:32:38.053879+0000"},{"range":"192.0.2.0:0/24","until":"2026-11-21T17:32:38.053879+0000"}]`,
-			want: []Listed{l("2001:db8::5/128", false, false), l("192.0.2.9/32", false, false), l("2001:db8::/64", true, false), l("192.0.2.0/24", true, false)}},
-		{name: "older monitors: one array", in: `[{"addr":"192.0.2.9:0/0","until":"2026-11-21T17:32:38.053879+0000"}]`,
+		// osd dump as Pacific 16.2.15, Reef 18.2.7 and Tentacle 20.2.4 write it (other fields cut)
+		{name: "empty", in: `{"epoch":23,"blocklist":{},"range_blocklist":{}}`},
+		{name: "monitors without ranges", in: `{"epoch":3,"blocklist":{"192.0.2.9:0/0":"2026-11-21T17:32:38.053879+0000"}}`,
 			want: []Listed{l("192.0.2.9/32", false, false)}},
-		{name: "client instance and typed address", in: `[{"addr":"v2:127.0.0.1:0/3036073822","until":"2026-11-21T17:32:38.053879+0000"},{"addr":"any:192.0.2.9:6800/0","until":"2026-11-21T17:32:38.053879+0000"}][]`,
-			want: []Listed{inst(l("127.0.0.1/32", false, true), "127.0.0.1:0/3036073822"), inst(l("192.0.2.9/32", false, true), "192.0.2.9:6800/0")}},
-		{name: "range kept with host bits as stored", in: `[][{"range":"192.0.2.1:0/24","until":"2026-11-21T17:32:38.053879+0000"}]`,
+		{name: "both families, addresses then ranges, each in order", in: `{"blocklist":{"[2001:db8::5]:0/0":"2026-11-21T17:32:38.053879+0000","192.0.2.9:0/0":"2026-11-21T17:32:38.053879+0000"},` +
+			`"range_blocklist":{"cidr:[2001:db8::]:0/64":"2026-11-21T17:32:38.053879+0000","cidr:192.0.2.0:0/24":"2026-11-21T17:32:38.053879+0000"}}`,
+			want: []Listed{l("192.0.2.9/32", false, false), l("2001:db8::5/128", false, false), l("192.0.2.0/24", true, false), l("2001:db8::/64", true, false)}},
+		{name: "client instance and typed address", in: `{"blocklist":{"v2:127.0.0.1:0/3036073822":"2026-11-21T17:32:38.053879+0000","any:192.0.2.9:6800/0":"2026-11-21T17:32:38.053879+0000"}}`,
+			want: []Listed{inst(l("192.0.2.9/32", false, true), "192.0.2.9:6800/0"), inst(l("127.0.0.1/32", false, true), "127.0.0.1:0/3036073822")}},
+		{name: "range kept with host bits as stored", in: `{"range_blocklist":{"cidr:192.0.2.1:0/24":"2026-11-21T17:32:38.053879+0000"}}`,
 			want: []Listed{{Entry: Entry{Prefix: netip.PrefixFrom(netip.MustParseAddr("192.0.2.1"), 24), Range: true}, Until: until}}},
-		{name: "unparsable time is zero", in: `[{"addr":"192.0.2.9:0/0","until":"soon"}]`,
+		{name: "unparsable time is zero", in: `{"blocklist":{"192.0.2.9:0/0":"soon"}}`,
 			want: []Listed{{Entry: Entry{Prefix: netip.MustParsePrefix("192.0.2.9/32")}}}},
-		{name: "garbage", in: `[{"addr":"192.0.2.9:0/0"}`, err: "decode"},
-		{name: "bad address", in: `[{"addr":"nonsense","until":""}]`, err: "nonsense"},
-		{name: "bad range", in: `[][{"range":"192.0.2.0:0/40","until":""}]`, err: "prefix length"},
+		{name: "nothing at all", in: ``, err: "decode"},
+		{name: "garbage", in: `{"blocklist":{"192.0.2.9:0/0"}`, err: "decode"},
+		{name: "the ls form is no osd dump", in: `[{"addr":"192.0.2.9:0/0","until":""}][]`, err: "decode"},
+		{name: "bad address", in: `{"blocklist":{"nonsense":""}}`, err: "nonsense"},
+		{name: "bad range", in: `{"range_blocklist":{"cidr:192.0.2.0:0/40":""}}`, err: "prefix length"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -91,7 +91,7 @@ func hasRangeArgument(table ceph.CommandTable) bool {
 }
 
 func (c *cephCluster) List(ctx context.Context) ([]Listed, error) {
-	out, err := ceph.MonCommandRaw(ctx, c.conn, "osd blocklist ls", []byte(`{"prefix":"osd blocklist ls","format":"json"}`))
+	out, err := ceph.MonCommandRaw(ctx, c.conn, "osd dump", []byte(`{"prefix":"osd dump","format":"json"}`))
 	if err != nil {
 		return nil, err
 	}

@@ -348,8 +348,8 @@ func TestLeastPrivilegedUser(t *testing.T) {
 	ctx := context.Background()
 	raw := c.raw(t)
 	const entity = "client.monoceph-fence-test"
-	out, err := ceph.MonCommand(ctx, raw.conn, map[string]any{"prefix": "auth get-or-create", "entity": entity,
-		"caps": []string{"mon", LeastPrivilegeMonCaps}})
+	out, err := ceph.MonCommand(ctx, raw.conn, cephtest.ReadableKey(map[string]any{"prefix": "auth get-or-create", "entity": entity,
+		"caps": []string{"mon", LeastPrivilegeMonCaps}}))
 	if err != nil {
 		t.Fatal(err)
 	}

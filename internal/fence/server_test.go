@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -267,19 +268,21 @@ func TestOverlappingOperationsAreAborted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c, conn := fakeServer(t, true, Options{})
 			entered, release := make(chan struct{}), make(chan struct{})
-			conn.cl.onAdd = func(Entry) {
-				select {
-				case entered <- struct{}{}:
-					<-release
-				default:
-				}
-			}
+			// the first add waits for the test to see it (a send that gave up when the test was
+			// not yet receiving let the fence finish unseen under load, and the test hung on
+			// <-entered until go test's timeout: seen once in a Tentacle run), then for release
+			var first sync.Once
+			conn.cl.onAdd = func(Entry) { first.Do(func() { entered <- struct{}{}; <-release }) }
 			done := make(chan error, 1)
 			go func() {
 				_, err := c.fence.FenceClusterNetwork(context.Background(), &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs(tt.running...)})
 				done <- err
 			}()
-			<-entered // the fence is adding its entries
+			select { // the fence is adding its entries
+			case <-entered:
+			case err := <-done:
+				t.Fatalf("FenceClusterNetwork of %v returned before adding an entry: %v", tt.running, err)
+			}
 			_, err := c.fence.UnfenceClusterNetwork(context.Background(), &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs(tt.unfence...)})
 			close(release)
 			if status.Code(err) != tt.want {

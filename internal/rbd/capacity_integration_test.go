@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,7 +19,7 @@ func (e *env) cephUser(t *testing.T, name string, caps ...string) map[string]str
 	t.Helper()
 	ctx := context.Background()
 	entity := "client." + name
-	out, err := ceph.MonCommand(ctx, e.conn, map[string]any{"prefix": "auth get-or-create", "entity": entity, "caps": caps})
+	out, err := ceph.MonCommand(ctx, e.conn, cephtest.ReadableKey(map[string]any{"prefix": "auth get-or-create", "entity": entity, "caps": caps}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
@@ -37,7 +38,7 @@ func TestQoSOnLiveRBDFuse(t *testing.T) {
 		_, _ = e.client.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.cl.Secrets()})
 	})
 	image := rbdname.Image(mustVol(t, id).UID)
-	f := attach.NewFuse(hostexec.New(time.Minute))
+	f := attach.NewFuse(hostexec.New(time.Minute), cephtest.FuseServer())
 	work := t.TempDir()
 	a, err := f.Attach(ctx, attach.Request{Image: attach.Image{Pool: e.cl.RBDPool, Namespace: e.ns, Name: image},
 		MonHost: e.cl.Monitors, Cred: e.cl.Admin, WorkDir: work})

@@ -1,7 +1,10 @@
 // Package snapmeta serves changed block tracking (CSI SnapshotMetadata, KEP-3314) for RBD
 // snapshots: the allocated extents of one snapshot and the extents changed between two
-// snapshots of the same image, computed by librbd's diff iteration (rbd_diff_iterate2, by
-// snapshot name, so it works on Ceph 16.2) and streamed as librbd produces them.
+// snapshots of the same image, computed by librbd's diff iteration and streamed as librbd
+// produces them. A delta starts from the base snapshot's ID (rbd_diff_iterate3) where the
+// process's librbd has it (Reef 18.2.5+, Squid 19.2.3+, Tentacle: looked up at run time, so
+// one binary serves every release), which reaches snapshots outside the user namespace (the
+// trash, group snapshots' members); elsewhere from its name (rbd_diff_iterate2, Ceph 16.2).
 //
 // One Engine does the work; the CSI SnapshotMetadata service on the CSI socket drives it
 // directly.

@@ -161,8 +161,9 @@ func (s *snapImage) snapID(name string) (uint64, error) {
 	return uint64(v), err
 }
 
-// fromSnap is where a diff starts: the image's beginning (zero value), a snapshot by name, or
-// by ID (a group snapshot's member).
+// fromSnap is where a diff starts: the image's beginning (zero value), or a snapshot. A
+// snapshot with an ID is diffed from by ID where librbd has rbd_diff_iterate3, else by name; a
+// group snapshot's member has an ID only (the OSDs number snapshots from 1: 0 is no ID).
 type fromSnap struct {
 	name string
 	id   uint64
@@ -177,7 +178,7 @@ var errNoDiffByID = errors.New("librbd lacks rbd_diff_iterate3")
 func (s *snapImage) diff(from fromSnap, off, length uint64, dataOnly bool, deliver func(pairs []uint64) int) error {
 	var byID unsafe.Pointer
 	if from.id != 0 {
-		if byID = rbdcaps.Lookup(rbdcaps.DiffIterate3); byID == nil {
+		if byID = rbdcaps.Lookup(rbdcaps.DiffIterate3); byID == nil && from.name == "" {
 			return errNoDiffByID
 		}
 	}

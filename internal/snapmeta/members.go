@@ -68,8 +68,10 @@ func baseSnapshot(io *rados.IOContext, img *snapImage, base, target volid.RBDSna
 		bid, err = memberSnapID(io, base)
 		from.id = bid
 	} else {
+		// by ID too where librbd diffs so (diff picks): no second lookup by name there
 		from.name = rbdname.Snapshot(base.SnapUID)
 		bid, err = img.snapID(from.name)
+		from.id = bid
 	}
 	if ceph.Is(err, ceph.ErrNotFound) {
 		return from, status.Errorf(codes.NotFound, "base snapshot %s does not exist", base.String())

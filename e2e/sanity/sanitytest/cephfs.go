@@ -31,7 +31,7 @@ func CephFS(t *testing.T) {
 		ClusterMap:        fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, tag, tag),
 		Leftovers: func(t *testing.T) []string {
 			var left []string
-			subs, _ := fsa.ListSubVolumes(cl.FSName, tag)
+			subs := cephtest.Settled(func() []string { s, _ := fsa.ListSubVolumes(cl.FSName, tag); return s })
 			for _, s := range subs {
 				left = append(left, "subvolume "+s)
 			}

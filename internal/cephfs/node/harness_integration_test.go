@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ceph/go-ceph/cephfs"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
@@ -169,7 +170,35 @@ func (n *testNode) killDaemon(t testing.TB, volID string) {
 			t.Fatalf("ceph-fuse %d survived SIGKILL", pid)
 		}
 	}
-	cephCLI(t, "tell", "mds."+n.env.FSName+":0", "client", "evict", "id="+strconv.FormatInt(st.ID, 10))
+	evictClient(t, n.env, st.ID)
+}
+
+// evictClient has rank 0 of the test filesystem evict a client session. It sends the MDS
+// command through libcephfs rather than `ceph tell`: the ceph tool validates arguments against
+// the daemon's command descriptions, and Pacific's cannot parse a Tentacle MDS's ("CephString
+// got an unexpected keyword argument 'positional'"), so the Pacific-client runs against a
+// Tentacle cluster failed every test that evicts.
+func evictClient(t testing.TB, env cephtest.Cluster, id int64) {
+	t.Helper()
+	m, err := cephfs.CreateMountWithId(env.Admin.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release()
+	for _, o := range [][2]string{{"mon_host", env.Monitors}, {"key", env.Admin.Key()}, {"keyring", ""},
+		{"client_mount_timeout", "30"}, {"log_to_stderr", "false"}, {"client_fs", env.FSName}} {
+		if err := m.SetConfigOption(o[0], o[1]); err != nil {
+			t.Fatalf("%s: %v", o[0], err)
+		}
+	}
+	if err := m.Mount(); err != nil {
+		t.Fatalf("mount %s as the admin to evict client %d: %v", env.FSName, id, err)
+	}
+	defer func() { _ = m.Unmount() }()
+	cmd, _ := json.Marshal(map[string]any{"prefix": "client evict", "filters": []string{"id=" + strconv.FormatInt(id, 10)}})
+	if _, info, err := m.MdsCommand(env.FSName+":0", [][]byte{cmd}); err != nil {
+		t.Fatalf("evict client %d: %v: %s", id, err, info)
+	}
 }
 
 // adminCommand asks a Ceph daemon's admin socket: the command as JSON and a NUL, answered by a

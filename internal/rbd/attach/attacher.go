@@ -109,9 +109,9 @@ func unhealthy(reason string, format string, args ...any) error {
 var ErrImageNotFound = errors.New("image not found")
 
 // Set returns every attacher this package has, keyed by name, running commands through x;
-// connectTimeout bounds the Ceph tools' connection to the cluster.
-func Set(x hostexec.Executor, connectTimeout time.Duration) map[string]Attacher {
-	krbd, nbd, fuse := NewKRBD(x), NewNBD(x), NewFuse(x)
+// connectTimeout bounds the Ceph tools' connection to the cluster; fuseServer is Fuse.Server.
+func Set(x hostexec.Executor, connectTimeout time.Duration, fuseServer string) map[string]Attacher {
+	krbd, nbd, fuse := NewKRBD(x), NewNBD(x), NewFuse(x, fuseServer)
 	krbd.ConnectTimeout, nbd.ConnectTimeout, fuse.ConnectTimeout = connectTimeout, connectTimeout, connectTimeout
 	all := []Attacher{krbd, nbd, fuse}
 	m := make(map[string]Attacher, len(all))

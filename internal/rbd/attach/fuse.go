@@ -9,12 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/monoceph/monoceph/internal/cephname"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/rbd/imagefs"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"k8s.io/klog/v2"
 )
@@ -38,16 +40,28 @@ import (
 //     expand;
 //   - unlink on the mount removes the image: nothing here ever deletes files in it, and the
 //     mount point is removed with os.Remove only, never recursively.
+//
+// Where the node's rbd-fuse cannot serve an image (it crashes when given a pool or namespace,
+// see poolArgs) or is not installed, `Server rbd-fuse` does, with the same arguments: monoceph's
+// own FUSE server (package imagefs), which behaves as described above.
 type Fuse struct {
 	x   hostexec.Executor
 	sys string
 	// ConnectTimeout bounds rbd-fuse's connection to the cluster.
 	ConnectTimeout time.Duration
+	// Server is the monoceph executable whose `rbd-fuse` subcommand serves images the node's
+	// rbd-fuse cannot; empty: none.
+	Server string
+
+	probe struct {
+		sync.Mutex
+		done, takesPools bool
+	}
 }
 
-// NewFuse returns the rbd-fuse + loop attacher.
-func NewFuse(x hostexec.Executor) *Fuse {
-	return &Fuse{x: x, sys: SysRoot, ConnectTimeout: 30 * time.Second}
+// NewFuse returns the rbd-fuse + loop attacher; server is Fuse.Server.
+func NewFuse(x hostexec.Executor, server string) *Fuse {
+	return &Fuse{x: x, sys: SysRoot, ConnectTimeout: 30 * time.Second, Server: server}
 }
 
 // Name implements Attacher.
@@ -58,10 +72,13 @@ const fuseDirName = "rbd-fuse"
 
 // Available implements Attacher.
 func (f *Fuse) Available() error {
-	for _, cmd := range []string{"rbd-fuse", "losetup", "umount"} {
+	for _, cmd := range []string{"losetup", "umount"} {
 		if _, err := exec.LookPath(cmd); err != nil {
 			return &UnavailableError{Mounter: f.Name(), Missing: "the " + cmd + " command is not installed"}
 		}
+	}
+	if _, err := exec.LookPath("rbd-fuse"); err != nil && f.Server == "" {
+		return &UnavailableError{Mounter: f.Name(), Missing: "the rbd-fuse command is not installed"}
 	}
 	if !exists("/dev/fuse") {
 		return &UnavailableError{Mounter: f.Name(), Missing: "/dev/fuse is missing (FUSE is not available)"}
@@ -184,10 +201,19 @@ func (f *Fuse) mount(ctx context.Context, req Request, a Attachment, file string
 		opts += ",ro"
 	}
 	args = append(args, "-r", req.Image.Name, "-o", opts, a.FuseDir)
-	if _, err := f.x.Run(ctx, "rbd-fuse", args...); err != nil {
-		if len(pool) > 0 && segfault(err) {
+	prog := "rbd-fuse"
+	if !f.rbdFuseServes(ctx, len(pool) > 0) {
+		prog, args = f.Server, append([]string{"rbd-fuse"}, args...)
+	}
+	if _, err := f.x.Run(ctx, prog, args...); err != nil {
+		var ce *hostexec.CommandError
+		switch {
+		case prog == f.Server && errors.As(err, &ce) && ce.ExitCode == imagefs.ExitNotFound:
+			return fmt.Errorf("%w: %s", ErrImageNotFound, err)
+		case prog == "rbd-fuse" && len(pool) > 0 && crashed(err):
 			return fmt.Errorf("%w (rbd-fuse 18.2 and 20.2 as Debian 13 and forky ship them crash when given a pool or namespace; "+
-				"only images of pool %s outside namespaces work with this mounter there)", err, defaultFusePool)
+				"only images of pool %s outside namespaces work with it there, and monoceph serves others itself only where it knows its executable)",
+				err, defaultFusePool)
 		}
 		return err
 	}
@@ -230,14 +256,47 @@ func poolArgs(img Image) []string {
 	return args
 }
 
-// segfault reports whether err is a command killed by SIGSEGV.
-func segfault(err error) bool {
+// crashed reports whether err is a command killed by a signal of its own making (SIGSEGV,
+// SIGABRT, SIGBUS).
+func crashed(err error) bool {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
 		return false
 	}
 	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGSEGV
+	return ok && ws.Signaled() && slices.Contains([]syscall.Signal{syscall.SIGSEGV, syscall.SIGABRT, syscall.SIGBUS}, ws.Signal())
+}
+
+// rbdFuseServes reports whether the node's rbd-fuse serves an image (named with a pool or
+// namespace argument when namesPool): it must be installed, and take those arguments without
+// crashing. Without a Server there is nothing else to use, so the answer is then yes.
+func (f *Fuse) rbdFuseServes(ctx context.Context, namesPool bool) bool {
+	if f.Server == "" {
+		return true
+	}
+	if _, err := exec.LookPath("rbd-fuse"); err != nil {
+		return false
+	}
+	return !namesPool || f.rbdFuseTakesPools(ctx)
+}
+
+// rbdFuseTakesPools asks rbd-fuse, once per process, whether it survives --poolname and
+// --namespace. It parses its options before it touches the cluster or the mount point, so
+// with a mount point that does not exist a good one fails at once and a bad one crashes first.
+func (f *Fuse) rbdFuseTakesPools(ctx context.Context) bool {
+	f.probe.Lock()
+	defer f.probe.Unlock()
+	if !f.probe.done {
+		missing := filepath.Join(os.TempDir(), fmt.Sprintf("monoceph-rbd-fuse-probe-%d-missing", os.Getpid()))
+		_, err := f.x.Run(ctx, "rbd-fuse", "-c", os.DevNull, "--no-mon-config", "--poolname=probe", "--namespace=probe",
+			"-r", "probe", missing)
+		if ctx.Err() != nil {
+			return false // undecided: ask again next time, use monoceph's server now
+		}
+		f.probe.done, f.probe.takesPools = true, !crashed(err)
+		klog.FromContext(ctx).Info("Probed rbd-fuse", "takesPoolArguments", f.probe.takesPools, "err", err)
+	}
+	return f.probe.takesPools
 }
 
 // unmount unmounts a FUSE mount point. A mount whose daemon is gone and that a stale loop
@@ -290,8 +349,10 @@ func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
 	// the daemon closes the image (dropping its watch) only as it exits after the unmount;
 	// answering before that makes the image look in use to the DeleteVolume or attach that
 	// follows an unstage
-	if err := hostexec.StopDaemons(ctx, "/proc", "rbd-fuse", dir, 10*time.Second); err != nil {
-		return err
+	for _, daemon := range []string{"rbd-fuse", imagefs.DaemonName} {
+		if err := hostexec.StopDaemons(ctx, "/proc", daemon, dir, 10*time.Second); err != nil {
+			return err
+		}
 	}
 	if err := ignoreNotExist(os.Remove(dir)); err != nil {
 		return err

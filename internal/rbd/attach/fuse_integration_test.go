@@ -20,6 +20,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
+	"github.com/monoceph/monoceph/internal/rbd/imagefs"
 )
 
 // hostRecorder runs commands on the host and keeps their command lines.
@@ -36,9 +37,19 @@ func (r *hostRecorder) Run(ctx context.Context, name string, args ...string) ([]
 	return r.x.Run(ctx, name, args...)
 }
 
-// fuseImage makes a 32 MiB image in the test pool for a test, removed when it ends; onImage
-// runs fn with an IOContext of the pool.
-func fuseImage(t *testing.T) (cl cephtest.Cluster, name string, onImage func(fn func(*rados.IOContext) error) error) {
+// TestFuseAttach attaches a real image with rbd-fuse: the command line is the one the Fuse
+// comment documents, the key file is gone when Attach returns, Attach is idempotent, Refresh
+// follows a resize without a remount, and Detach leaves nothing behind. An image in a RADOS
+// namespace is served by rbd-fuse where it takes pool arguments (Pacific), else by monoceph's
+// own server with the same arguments (Debian 13's Reef and forky's Tentacle rbd-fuse crash).
+func TestFuseAttach(t *testing.T) {
+	t.Run("pool rbd", func(t *testing.T) { testFuseAttach(t, "") })
+	t.Run("namespace", func(t *testing.T) { testFuseAttach(t, fmt.Sprintf("attach-test-%d", time.Now().UnixNano()%1e9)) })
+}
+
+// fuseImage makes a 32 MiB image in pool rbd's namespace ns ("": the default one) for a test,
+// removed when it ends; onImage runs fn with an IOContext of that namespace.
+func fuseImage(t *testing.T, ns string) (cl cephtest.Cluster, name string, onImage func(fn func(*rados.IOContext) error) error) {
 	cl = cephtest.Env(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -57,9 +68,20 @@ func fuseImage(t *testing.T) (cl cephtest.Cluster, name string, onImage func(fn 
 				return struct{}{}, err
 			}
 			defer io.Destroy()
+			io.SetNamespace(ns)
 			return struct{}{}, fn(io)
 		})
 		return err
+	}
+	if ns != "" {
+		if err := onImage(func(io *rados.IOContext) error { io.SetNamespace(""); return rbd.NamespaceCreate(io, ns) }); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := onImage(func(io *rados.IOContext) error { io.SetNamespace(""); return rbd.NamespaceRemove(io, ns) }); err != nil {
+				t.Errorf("namespace %s: %v", ns, err)
+			}
+		})
 	}
 	name = fmt.Sprintf("attach-test-%d", time.Now().UnixNano())
 	if err := onImage(func(io *rados.IOContext) error {
@@ -80,19 +102,24 @@ func fuseImage(t *testing.T) (cl cephtest.Cluster, name string, onImage func(fn 
 	return cl, name, onImage
 }
 
-// TestFuseAttach attaches a real image with rbd-fuse: the command line is the one the Fuse
-// comment documents, the key file is gone when Attach returns, Attach is idempotent, Refresh
-// follows a resize without a remount, and Detach leaves nothing behind.
-func TestFuseAttach(t *testing.T) {
-	cl, name, onImage := fuseImage(t)
+func testFuseAttach(t *testing.T, ns string) {
+	cl, name, onImage := fuseImage(t, ns)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	rec := &hostRecorder{x: hostexec.New(time.Minute)}
-	f := NewFuse(rec)
+	f := NewFuse(rec, cephtest.FuseServer())
 	f.ConnectTimeout = 20 * time.Second
 	work := t.TempDir()
-	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
+	req := Request{Image: Image{Pool: cl.RBDPool, Namespace: ns, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
+	prog := []string{"rbd-fuse"}
+	if len(poolArgs(req.Image)) > 0 && !f.rbdFuseTakesPools(ctx) {
+		if f.Server == "" {
+			t.Fatal("this rbd-fuse crashes when given a pool or namespace, and MONOCEPH_BIN names no monoceph to serve instead")
+		}
+		prog = []string{f.Server, "rbd-fuse"}
+	}
+	rec.calls = nil // the probe
 	// registered after TempDir, so it runs before the directory is removed
 	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
 
@@ -106,11 +133,9 @@ func TestFuseAttach(t *testing.T) {
 	}
 	got := rec.calls[0]
 	kf := argAfter(got, "--keyfile")
-	want := []string{"rbd-fuse", "-c", filepath.Join(work, "ceph.conf"), "-m", cl.Monitors, "--id", cl.Admin.ID, "--keyfile", kf,
-		"--client_mount_timeout=20", "--admin_socket=", "--log_file="}
-	if cl.RBDPool != "rbd" { // rbd-fuse's default pool is not named
-		want = append(want, "--poolname="+cl.RBDPool)
-	}
+	want := append(slices.Clone(prog), "-c", filepath.Join(work, "ceph.conf"), "-m", cl.Monitors, "--id", cl.Admin.ID, "--keyfile", kf,
+		"--client_mount_timeout=20", "--admin_socket=", "--log_file=")
+	want = append(want, poolArgs(req.Image)...) // rbd-fuse's defaults are not named
 	want = append(want, "-r", name, "-o", "attr_timeout=0,entry_timeout=0,negative_timeout=0", fuse)
 	if !slices.Equal(got, want) {
 		t.Fatalf("rbd-fuse command line\n got %q\nwant %q", got, want)
@@ -158,8 +183,10 @@ func TestFuseAttach(t *testing.T) {
 		}
 		// released as Detach returns: a DeleteVolume or an attach elsewhere right after an
 		// unstage must not find the image in use
-		if pids, err := hostexec.Daemons("/proc", "rbd-fuse", fuse); err != nil || len(pids) != 0 {
-			t.Fatalf("rbd-fuse %v (%v) still running after Detach", pids, err)
+		for _, daemon := range []string{"rbd-fuse", imagefs.DaemonName} {
+			if pids, err := hostexec.Daemons("/proc", daemon, fuse); err != nil || len(pids) != 0 {
+				t.Fatalf("%s %v (%v) still running after Detach", daemon, pids, err)
+			}
 		}
 		var watchers int
 		if err := onImage(func(io *rados.IOContext) error {
@@ -189,12 +216,13 @@ func TestFuseAttach(t *testing.T) {
 
 // TestFuseDetachWhileLoopHeld: a process still holding the loop device open when Detach runs
 // (as udev does, probing it after the change event) keeps the device, and with it the image
-// file, until it lets go; Detach waits for that instead of failing to unmount "target is busy".
+// file, until it lets go; Detach waits for that instead of failing to unmount "target is busy"
+// (seen in the suites under load before it waited).
 func TestFuseDetachWhileLoopHeld(t *testing.T) {
-	cl, name, _ := fuseImage(t)
+	cl, name, _ := fuseImage(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	f := NewFuse(hostexec.New(time.Minute))
+	f := NewFuse(hostexec.New(time.Minute), cephtest.FuseServer())
 	work := t.TempDir()
 	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
 	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
@@ -227,11 +255,11 @@ func TestFuseDetachWhileLoopHeld(t *testing.T) {
 // own namespace (the dead mount detached lazily) instead of failing "target is busy" for ever,
 // and the kernel frees the loop device once the copy goes.
 func TestFuseDetachDeadMountPinnedElsewhere(t *testing.T) {
-	cl, name, _ := fuseImage(t)
+	cl, name, _ := fuseImage(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	x := hostexec.New(time.Minute)
-	f := NewFuse(x)
+	f := NewFuse(x, cephtest.FuseServer())
 	work := t.TempDir()
 	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
 	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })

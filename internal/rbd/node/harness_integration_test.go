@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -55,6 +56,20 @@ func (r *recorder) ran(name string) int {
 	n := 0
 	for _, c := range r.calls {
 		if c[0] == name {
+			n++
+		}
+	}
+	return n
+}
+
+// fuseStarts counts the rbd-fuse daemons started: rbd-fuse itself, or monoceph's rbd-fuse
+// subcommand where it serves instead, but not the probe of rbd-fuse's pool arguments.
+func (r *recorder) fuseStarts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.calls {
+		if c[0] == "rbd-fuse" && !slices.Contains(c, "--no-mon-config") || len(c) > 1 && c[1] == "rbd-fuse" {
 			n++
 		}
 	}

@@ -151,8 +151,8 @@ func TestStagePublishRoundTrip(t *testing.T) {
 				}
 			}
 			assertUnstaged(t, r, vol, staging, base)
-			if r.rec.ran("rbd-fuse") != 3 || r.rec.ran("losetup") < 4 {
-				t.Fatalf("ran rbd-fuse %d and losetup %d times", r.rec.ran("rbd-fuse"), r.rec.ran("losetup"))
+			if r.rec.fuseStarts() != 3 || r.rec.ran("losetup") < 4 {
+				t.Fatalf("started rbd-fuse %d and ran losetup %d times", r.rec.fuseStarts(), r.rec.ran("losetup"))
 			}
 		})
 	}

@@ -42,6 +42,9 @@ type Options struct {
 	// addresses with the volume and to check who else holds the image (see claim). Without it
 	// (unit tests) neither happens.
 	Pool *ceph.Pool
+	// FuseServer is the monoceph executable whose `rbd-fuse` subcommand serves the images the
+	// node's rbd-fuse cannot (attach.Fuse.Server); empty: rbd-fuse only.
+	FuseServer string
 }
 
 // Defaults of Options.Timeout and Options.FilesystemTimeout.
@@ -101,7 +104,7 @@ func newServer(opts Options, x, fsx hostexec.Executor) (*Server, error) {
 	connect := max(opts.Timeout/2, time.Second)
 	// a zero Mounter: mount.New would run commands (systemd and umount probes) with no
 	// timeout, and its mounting is replaced by boundMounter anyway
-	s := &Server{opts: opts, x: x, fsx: fsx, attachers: attach.Set(x, connect), base: &mount.Mounter{}}
+	s := &Server{opts: opts, x: x, fsx: fsx, attachers: attach.Set(x, connect, opts.FuseServer), base: &mount.Mounter{}}
 	for _, name := range []string{volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse} {
 		if err := s.attachers[name].Available(); err != nil {
 			klog.InfoS("RBD mounter unavailable; volumes that ask for it will fail to stage", "mounter", name, "reason", err)

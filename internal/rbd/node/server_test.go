@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/server"
@@ -30,7 +31,8 @@ func newTestServer(t *testing.T, m v1.ClusterMap, x hostexec.Executor) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: server.NewOpLocks(), Timeout: time.Minute}
+	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: server.NewOpLocks(), Timeout: time.Minute,
+		FuseServer: cephtest.FuseServer()}
 	if x == nil {
 		x = hostexec.New(opts.Timeout)
 	}
