@@ -66,9 +66,39 @@ wait_for() { # wait_for <what> <command...>
   local what=$1 deadline=$((SECONDS + TIMEOUT)); shift
   until "$@" >/dev/null 2>&1; do
     ((SECONDS < deadline)) || die "timed out after ${TIMEOUT}s waiting for $what (logs in $CEPH_DIR/log)"
+    respawn
     sleep 0.5
   done
   log "$what: ok"
+}
+
+# respawn starts again a manager or MDS that died after it was started, as systemd's Restart=
+# does on a real host: both keep their state in RADOS. Reef's ceph-mgr on Debian 13 (Python 3.13)
+# now and then segfaults in PyThreadState_Swap as a volumes command completes (seen once in a CI
+# run: the bootstrap then waited for an active MDS that only the manager reports). The OSD is not
+# respawned: a memstore OSD that died lost its objects.
+respawn() {
+  if ((${MGR_STARTED:-0})) && ! running ceph-mgr; then
+    log "ceph-mgr died (see $CEPH_DIR/log/mgr.x.log), starting it again"
+    start_mgr
+  fi
+  if ((${MDS_STARTED:-0})) && ! running ceph-mds; then
+    log "ceph-mds died (see $CEPH_DIR/log/mds.a.log), starting it again"
+    start_mds
+  fi
+}
+
+# running <binary>: a process of ours (this cluster's ceph.conf) runs it. Not the pid files: a
+# daemon that crashes removes its own.
+running() {
+  local p
+  for p in /proc/[0-9]*; do ours "${p#/proc/}" "$1" && return 0; done
+  return 1
+}
+
+start_mds() {
+  MDS_STARTED=1
+  clean ceph-mds -c "$CONF" -i a 2>/dev/null
 }
 osd_up() { c osd stat -f json | grep -q '"num_up_osds":1'; }
 mgr_avail() { c mgr stat -f json | grep -q '"available": *true'; }
@@ -123,6 +153,7 @@ finish() {
 # every module fails, volumes included. When that is the case here, the manager gets a stand-in
 # bcrypt module whose functions raise (only the dashboard hashes passwords).
 start_mgr() {
+  MGR_STARTED=1
   local path=$CEPH_DIR/mgr-python
   # Python 3.13's _interpreters runs the import in a sub-interpreter, as ceph-mgr does
   if grep -qs '^import bcrypt' /usr/share/ceph/mgr/mgr_util.py && ! clean /usr/bin/python3 -c '
@@ -156,7 +187,7 @@ start_daemons() {
   pid_alive "$RUN/mgr.x.pid" || start_mgr
   rm -f "$CEPH_DIR/.osd-saved"
   pid_alive "$RUN/osd.0.pid" || clean ceph-osd -c "$CONF" -i 0
-  pid_alive "$RUN/mds.a.pid" || clean ceph-mds -c "$CONF" -i a 2>/dev/null
+  pid_alive "$RUN/mds.a.pid" || start_mds
 }
 
 write_conf() {
@@ -296,7 +327,7 @@ bootstrap() {
 
   c auth get-or-create mds.a mon 'allow profile mds' osd 'allow rw tag cephfs *=*' mds 'allow' mgr 'allow profile mds' \
     -o "$CEPH_DIR/mds/a/keyring"
-  clean ceph-mds -c "$CONF" -i a 2>/dev/null
+  start_mds
 
   wait_for "osd.0 up" osd_up
   wait_for "mgr available" mgr_avail
