@@ -43,7 +43,7 @@ die() {
 # the node plugin, the tests and scripts/ceph-local.sh call.
 PACKAGES=(
   ceph-mon ceph-mgr ceph-osd ceph-mds ceph-common ceph-fuse rbd-fuse
-  librados-dev librbd-dev gcc libc6-dev make
+  librados-dev librbd-dev libcephfs-dev gcc libc6-dev make
   fuse3 e2fsprogs xfsprogs mount util-linux iproute2 procps kmod
 )
 
