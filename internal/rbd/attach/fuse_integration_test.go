@@ -219,17 +219,9 @@ func testFuseAttach(t *testing.T, ns string) {
 // file, until it lets go; Detach waits for that instead of failing to unmount "target is busy"
 // (seen in the suites under load before it waited).
 func TestFuseDetachWhileLoopHeld(t *testing.T) {
-	cl, name, _ := fuseImage(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	f := NewFuse(hostexec.New(time.Minute), cephtest.FuseServer())
-	work := t.TempDir()
-	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
-	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
-	a, err := f.Attach(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, _ := attachedImage(ctx, t, hostexec.New(time.Minute))
 	dev, err := os.Open(a.Device)
 	if err != nil {
 		t.Fatal(err)
@@ -255,18 +247,10 @@ func TestFuseDetachWhileLoopHeld(t *testing.T) {
 // own namespace (the dead mount detached lazily) instead of failing "target is busy" for ever,
 // and the kernel frees the loop device once the copy goes.
 func TestFuseDetachDeadMountPinnedElsewhere(t *testing.T) {
-	cl, name, _ := fuseImage(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	x := hostexec.New(time.Minute)
-	f := NewFuse(x, cephtest.FuseServer())
-	work := t.TempDir()
-	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
-	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
-	a, err := f.Attach(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, a, name := attachedImage(ctx, t, x)
 	mnt := t.TempDir()
 	if _, err := x.Run(ctx, "mkfs.ext4", "-q", a.Device); err != nil {
 		t.Fatal(err)
@@ -320,4 +304,20 @@ func TestFuseDetachDeadMountPinnedElsewhere(t *testing.T) {
 			t.Fatalf("loop device %s still on %s after the copy went", a.Device, file)
 		}
 	}
+}
+
+// attachedImage attaches a fresh image of the test pool with a Fuse running commands on x,
+// detached again when t ends; it returns the attacher, the attachment and the image's name.
+func attachedImage(ctx context.Context, t *testing.T, x hostexec.Executor) (*Fuse, Attachment, string) {
+	t.Helper()
+	cl, name, _ := fuseImage(t, "")
+	f := NewFuse(x, cephtest.FuseServer())
+	work := t.TempDir()
+	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
+	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
+	a, err := f.Attach(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, a, name
 }
