@@ -139,7 +139,9 @@ func ReadAll(io *rados.IOContext, oid string, max uint64) (map[string][]byte, ui
 type Change struct {
 	Set    map[string][]byte
 	Rm     []string
-	Delete bool // remove the object itself
+	Data   []byte            // replaces the object's data when not nil
+	Xattrs map[string][]byte // extended attributes to set
+	Delete bool              // remove the object itself
 }
 
 // Write applies c if oid is still at version ver; ver 0 means oid must not exist yet and is
@@ -157,6 +159,12 @@ func Write(io *rados.IOContext, oid string, ver uint64, c Change) error {
 	}
 	if len(c.Rm) > 0 {
 		op.RmOmapKeys(c.Rm)
+	}
+	for k, v := range c.Xattrs {
+		op.SetXattr(k, v)
+	}
+	if c.Data != nil {
+		op.WriteFull(c.Data)
 	}
 	if c.Delete {
 		op.Remove()
