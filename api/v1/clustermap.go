@@ -20,6 +20,23 @@ type Cluster struct {
 	CephFS CephFSDefaults `json:"cephFS,omitempty"`
 	// RBD holds the defaults for RBD volumes on this cluster.
 	RBD RBDDefaults `json:"rbd,omitempty"`
+
+	// NFS and ReadAffinity are ceph-csi's keys, accepted so that its config.json works as it
+	// is, as long as they ask for nothing monoceph lacks (see Validate).
+	NFS          NFSOptions   `json:"nfs,omitempty"`
+	ReadAffinity ReadAffinity `json:"readAffinity,omitempty"`
+}
+
+// NFSOptions are ceph-csi's NFS options; monoceph has no NFS driver.
+type NFSOptions struct {
+	NetNamespaceFilePath string `json:"netNamespaceFilePath,omitempty"`
+}
+
+// ReadAffinity is ceph-csi's krbd read affinity (reads from the nearest OSD by CRUSH location),
+// which monoceph does not offer.
+type ReadAffinity struct {
+	Enabled             bool     `json:"enabled,omitempty"`
+	CrushLocationLabels []string `json:"crushLocationLabels,omitempty"`
 }
 
 // CephFSDefaults are per-cluster defaults for CephFS volumes.
@@ -29,12 +46,24 @@ type CephFSDefaults struct {
 	// RadosNamespace is the namespace of the metadata pool that holds the driver's own objects
 	// (journal, reference trackers).
 	RadosNamespace string `json:"radosNamespace,omitempty"`
+	// KernelMountOptions and FuseMountOptions are mount options of volumes whose StorageClass
+	// names none (ceph-csi's keys).
+	KernelMountOptions string `json:"kernelMountOptions,omitempty"`
+	FuseMountOptions   string `json:"fuseMountOptions,omitempty"`
+	// NetNamespaceFilePath is ceph-csi's: run Ceph clients in another network namespace.
+	// monoceph does not; only an empty value is accepted.
+	NetNamespaceFilePath string `json:"netNamespaceFilePath,omitempty"`
 }
 
 // RBDDefaults are per-cluster defaults for RBD volumes.
 type RBDDefaults struct {
 	// RadosNamespace is the namespace images are created in when a StorageClass names none.
 	RadosNamespace string `json:"radosNamespace,omitempty"`
+	// NetNamespaceFilePath: as CephFSDefaults'.
+	NetNamespaceFilePath string `json:"netNamespaceFilePath,omitempty"`
+	// MirrorDaemonCount is ceph-csi's hint for RBD mirroring (volume replication), which
+	// monoceph does not offer; accepted and unused.
+	MirrorDaemonCount int `json:"mirrorDaemonCount,omitempty"`
 }
 
 // ClusterMap is the whole configuration file: every cluster the driver serves.
@@ -109,6 +138,19 @@ func (c Cluster) Validate() error {
 	}
 	if !namespacePattern.MatchString(c.RBD.RadosNamespace) {
 		return fmt.Errorf("cluster %q: rbd.radosNamespace %q: want up to 32 characters of [A-Za-z0-9._-]", c.ClusterID, c.RBD.RadosNamespace)
+	}
+	if strings.ContainsAny(c.CephFS.KernelMountOptions+c.CephFS.FuseMountOptions, " \n") {
+		return fmt.Errorf("cluster %q: cephFS.kernelMountOptions and fuseMountOptions must be comma-separated lists without spaces", c.ClusterID)
+	}
+	// ceph-csi's keys of features monoceph lacks: refused, never silently ignored
+	for key, v := range map[string]string{"rbd.netNamespaceFilePath": c.RBD.NetNamespaceFilePath,
+		"cephFS.netNamespaceFilePath": c.CephFS.NetNamespaceFilePath, "nfs.netNamespaceFilePath": c.NFS.NetNamespaceFilePath} {
+		if v != "" {
+			return fmt.Errorf("cluster %q: %s %q: running Ceph clients in another network namespace is not supported by monoceph", c.ClusterID, key, v)
+		}
+	}
+	if c.ReadAffinity.Enabled {
+		return fmt.Errorf("cluster %q: readAffinity.enabled: read affinity is not supported by monoceph", c.ClusterID)
 	}
 	return nil
 }

@@ -30,6 +30,16 @@ func TestParseClusterMap(t *testing.T) {
 		{"bad group", `[{"clusterID":"a","monitors":["m"],"cephFS":{"subvolumeGroup":"a/b"}}]`, "cephFS.subvolumeGroup"},
 		{"bad rbd ns", `[{"clusterID":"a","monitors":["m"],"rbd":{"radosNamespace":"x y"}}]`, "rbd.radosNamespace"},
 		{"trailing", `[{"clusterID":"a","monitors":["m"]}] []`, "trailing data"},
+		// ceph-csi's config.json as its Helm chart writes it, every key set
+		{"ceph-csi config.json", `[{"clusterID":"rook-ceph","monitors":["10.0.0.1:6789"],
+			"rbd":{"radosNamespace":"k8s","netNamespaceFilePath":"","mirrorDaemonCount":2},
+			"cephFS":{"subvolumeGroup":"csi","radosNamespace":"csi","netNamespaceFilePath":"","kernelMountOptions":"ms_mode=secure","fuseMountOptions":"debug"},
+			"nfs":{"netNamespaceFilePath":""},"readAffinity":{"enabled":false,"crushLocationLabels":["topology.kubernetes.io/zone"]}}]`, ""},
+		{"ceph-csi net namespace", `[{"clusterID":"a","monitors":["m"],"rbd":{"netNamespaceFilePath":"/var/lib/kubelet/plugins/rbd.csi.ceph.com/net"}}]`, "rbd.netNamespaceFilePath"},
+		{"ceph-csi cephfs net namespace", `[{"clusterID":"a","monitors":["m"],"cephFS":{"netNamespaceFilePath":"/x"}}]`, "another network namespace is not supported"},
+		{"ceph-csi nfs net namespace", `[{"clusterID":"a","monitors":["m"],"nfs":{"netNamespaceFilePath":"/x"}}]`, "nfs.netNamespaceFilePath"},
+		{"ceph-csi read affinity", `[{"clusterID":"a","monitors":["m"],"readAffinity":{"enabled":true}}]`, "read affinity is not supported"},
+		{"mount options with spaces", `[{"clusterID":"a","monitors":["m"],"cephFS":{"kernelMountOptions":"a b"}}]`, "without spaces"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

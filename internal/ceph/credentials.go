@@ -10,10 +10,27 @@ import (
 )
 
 // Secret keys the driver reads from every RPC's CSI secrets (the same keys ceph-csi uses, so
-// existing Secrets keep working).
+// existing Secrets keep working): userID/userKey, or adminID/adminKey, which ceph-csi's CephFS
+// provisioner and node-stage Secrets hold.
 const (
-	SecretUserID  = "userID"
-	SecretUserKey = "userKey"
+	SecretUserID   = "userID"
+	SecretUserKey  = "userKey"
+	SecretAdminID  = "adminID"
+	SecretAdminKey = "adminKey"
+)
+
+// SecretKeys are the two keys of a Secret that hold one Ceph user.
+type SecretKeys struct{ ID, Key string }
+
+// The key pairs of ceph-csi's Secrets.
+var (
+	UserSecret  = SecretKeys{SecretUserID, SecretUserKey}
+	AdminSecret = SecretKeys{SecretAdminID, SecretAdminKey}
+	// UserFirst is the order RBD reads them in; AdminFirst CephFS's, as ceph-csi does: its
+	// CephFS driver provisions and stages with the admin pair whenever a Secret holds both
+	// (the user pair is then meant for static volumes).
+	UserFirst  = []SecretKeys{UserSecret, AdminSecret}
+	AdminFirst = []SecretKeys{AdminSecret, UserSecret}
 )
 
 // Credentials identify a Ceph user. The key never leaves this value except to librados and
@@ -37,34 +54,49 @@ var keyTypes = map[uint16]struct {
 }{1: {16, false}, 2: {32, true}}
 
 // NewCredentials validates an ID and a base64 cephx key.
-func NewCredentials(id, key string) (Credentials, error) {
+func NewCredentials(id, key string) (Credentials, error) { return newCredentials(UserSecret, id, key) }
+
+// newCredentials is NewCredentials naming the secret keys they came from in errors.
+func newCredentials(k SecretKeys, id, key string) (Credentials, error) {
 	id = strings.TrimPrefix(id, "client.")
 	if id == "" {
-		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserID)
+		return Credentials{}, fmt.Errorf("secret %q is missing or empty", k.ID)
 	}
 	// the ID reaches command lines (--id) and the kernel client's option list (name=): a
 	// leading '-' would be an option, a ',' a second mount option
 	if err := cephname.Check(id); err != nil {
-		return Credentials{}, fmt.Errorf("secret %q is not a Ceph user name: %v", SecretUserID, err)
+		return Credentials{}, fmt.Errorf("secret %q is not a Ceph user name: %v", k.ID, err)
 	}
 	if key == "" {
-		return Credentials{}, fmt.Errorf("secret %q is missing or empty", SecretUserKey)
+		return Credentials{}, fmt.Errorf("secret %q is missing or empty", k.Key)
 	}
 	// librados prints a key it cannot decode to stderr, so check the structure here
 	raw, err := base64.StdEncoding.DecodeString(key)
 	if err != nil || len(raw) < 12 {
-		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", SecretUserKey)
+		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", k.Key)
 	}
 	typ, ok := keyTypes[binary.LittleEndian.Uint16(raw[0:2])]
 	if !ok || binary.LittleEndian.Uint16(raw[10:12]) != typ.secret || len(raw) != 12+int(typ.secret) {
-		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", SecretUserKey)
+		return Credentials{}, fmt.Errorf("secret %q is not a base64 cephx key", k.Key)
 	}
 	return Credentials{ID: id, key: &key, aes256k: typ.aes256k}, nil
 }
 
-// CredentialsFromSecrets reads userID and userKey from CSI secrets.
-func CredentialsFromSecrets(secrets map[string]string) (Credentials, error) {
-	return NewCredentials(secrets[SecretUserID], secrets[SecretUserKey])
+// CredentialsFromSecrets reads the first key pair of order (UserFirst when none is given) that
+// the secrets hold; an error names the first pair's keys when they hold none.
+func CredentialsFromSecrets(secrets map[string]string, order ...SecretKeys) (Credentials, error) {
+	if len(order) == 0 {
+		order = UserFirst
+	}
+	for _, k := range order {
+		if secrets[k.ID] != "" || secrets[k.Key] != "" {
+			return newCredentials(k, secrets[k.ID], secrets[k.Key])
+		}
+	}
+	if len(order) > 1 {
+		return Credentials{}, fmt.Errorf("secret %q is missing or empty (and so is %q)", order[0].ID, order[1].ID)
+	}
+	return newCredentials(order[0], "", "")
 }
 
 // Key returns the cephx key, for librados and for the 0600 key files mount helpers read.

@@ -59,6 +59,41 @@ func TestCredentialsFromSecrets(t *testing.T) {
 	}
 }
 
+// TestCredentialsOrder: ceph-csi's Secrets hold userID/userKey (RBD) or adminID/adminKey
+// (CephFS provisioner and node-stage), sometimes both; CephFS prefers the admin pair as ceph-csi
+// does.
+func TestCredentialsOrder(t *testing.T) {
+	const other = "AQCsUQVrMT9VIhAA/GQsycKagbBsFJdImNZzpw=="
+	both := map[string]string{"userID": "csi-user", "userKey": testKey, "adminID": "csi-admin", "adminKey": other}
+	for _, tt := range []struct {
+		name    string
+		secrets map[string]string
+		order   []SecretKeys
+		wantID  string
+		wantErr string
+	}{
+		{"user first, both", both, nil, "csi-user", ""},
+		{"admin first, both", both, AdminFirst, "csi-admin", ""},
+		{"admin only, user first", map[string]string{"adminID": "csi-admin", "adminKey": other}, UserFirst, "csi-admin", ""},
+		{"user only, admin first", map[string]string{"userID": "csi-user", "userKey": testKey}, AdminFirst, "csi-user", ""},
+		{"admin pair half set", map[string]string{"adminID": "csi-admin"}, AdminFirst, "", `"adminKey" is missing`},
+		{"neither, admin first", map[string]string{"foo": "bar"}, AdminFirst, "", `"adminID" is missing`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := CredentialsFromSecrets(tt.secrets, tt.order...)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || c.ID != tt.wantID {
+				t.Fatalf("got %q, %v; want %q", c.ID, err, tt.wantID)
+			}
+		})
+	}
+}
+
 func TestCredentialsNeverFormatTheKey(t *testing.T) {
 	c, err := NewCredentials("admin", testKey)
 	if err != nil {

@@ -76,7 +76,7 @@ func (u *ClassUsers) Lookup(params map[string]string) (ceph.Credentials, bool) {
 // RememberClassUser records the user of a CreateVolume's secrets as its StorageClass's, once
 // those secrets got a connection.
 func (b Base) RememberClassUser(params, secrets map[string]string) {
-	if cred, err := ceph.CredentialsFromSecrets(secrets); err == nil {
+	if cred, err := ceph.CredentialsFromSecrets(secrets, b.SecretOrder...); err == nil {
 		b.Users.Remember(params, cred)
 	}
 }

@@ -27,6 +27,8 @@ type Base struct {
 	Pool     *ceph.Pool
 	// Users remembers each StorageClass's Ceph user for GetCapacity (nil: none).
 	Users *ClassUsers
+	// SecretOrder is which secret keys hold the Ceph user (ceph.UserFirst when nil).
+	SecretOrder []ceph.SecretKeys
 }
 
 // Cluster resolves a clusterID; code is NOT_FOUND when the ID came from a volume or snapshot
@@ -41,7 +43,7 @@ func (b Base) Cluster(id string, code codes.Code, field string) (v1.Cluster, err
 
 // Connect opens (or reuses) a connection to cl with the RPC's secrets.
 func (b Base) Connect(ctx context.Context, cl v1.Cluster, secrets map[string]string) (*ceph.Conn, error) {
-	cred, err := ceph.CredentialsFromSecrets(secrets)
+	cred, err := ceph.CredentialsFromSecrets(secrets, b.SecretOrder...)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
 	}
@@ -50,7 +52,7 @@ func (b Base) Connect(ctx context.Context, cl v1.Cluster, secrets map[string]str
 
 // ConnectMgr is Connect for a connection that carries manager commands (ceph.Pool.GetForMgr).
 func (b Base) ConnectMgr(ctx context.Context, cl v1.Cluster, secrets map[string]string) (*ceph.Conn, error) {
-	cred, err := ceph.CredentialsFromSecrets(secrets)
+	cred, err := ceph.CredentialsFromSecrets(secrets, b.SecretOrder...)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
 	}

@@ -56,16 +56,44 @@ func ParseSource[S, V fmt.Stringer](cs *csi.VolumeContentSource, snap func(strin
 	return Source[S, V]{}, status.Error(codes.InvalidArgument, "volume_content_source: neither snapshot nor volume")
 }
 
-// CheckCreateSnapshot checks the fields every backend needs; neither backend takes snapshot
-// parameters beyond the sidecars' own.
-func CheckCreateSnapshot(req *csi.CreateSnapshotRequest) error {
+// VolumeSnapshotClass keys both backends take: ceph-csi's, so existing classes keep working.
+const (
+	ParamClusterID          = "clusterID"
+	ParamSnapshotNamePrefix = "snapshotNamePrefix"
+	// DefaultSnapshotNamePrefix is ceph-csi's default prefix, the one monoceph names with.
+	DefaultSnapshotNamePrefix = "csi-snap-"
+)
+
+// CheckCreateSnapshot checks the fields every backend needs and the VolumeSnapshotClass
+// parameters: clusterID and snapshotNamePrefix (ceph-csi's keys), the backend's known ones and
+// the sidecars' own. A snapshotNamePrefix other than the name monoceph gives is refused: a
+// class asking for other names must not silently get these.
+func CheckCreateSnapshot(req *csi.CreateSnapshotRequest, known ...string) error {
 	switch {
 	case req.GetName() == "":
 		return status.Error(codes.InvalidArgument, "name is missing")
 	case req.GetSourceVolumeId() == "":
 		return status.Error(codes.InvalidArgument, "source_volume_id is missing")
 	}
-	return UnknownParams(req.GetParameters())
+	p := req.GetParameters()
+	if err := UnknownParams(p, append([]string{ParamClusterID, ParamSnapshotNamePrefix}, known...)...); err != nil {
+		return err
+	}
+	if v, ok := p[ParamSnapshotNamePrefix]; ok && v != DefaultSnapshotNamePrefix {
+		return InvalidParam(ParamSnapshotNamePrefix, "%q: custom snapshot name prefixes are not supported (snapshots are named %s<ID>); remove the key or set it to %q",
+			v, DefaultSnapshotNamePrefix, DefaultSnapshotNamePrefix)
+	}
+	return nil
+}
+
+// CheckSnapshotCluster refuses a clusterID parameter naming another cluster than the source
+// volume's: a snapshot lives on its volume's cluster, and a class meant for another one is a
+// mistake worth stopping.
+func CheckSnapshotCluster(p map[string]string, srcID, srcCluster string) error {
+	if v, ok := p[ParamClusterID]; ok && v != srcCluster {
+		return InvalidParam(ParamClusterID, "%q is not the cluster of source volume %s (%q)", v, srcID, srcCluster)
+	}
+	return nil
 }
 
 // CheckExpand checks a ControllerExpandVolumeRequest against what the backend supports and

@@ -77,8 +77,8 @@ func Capability(c *csi.VolumeCapability) (readOnly bool, err error) {
 
 // Credentials checks the secrets of a request; the message names a bad secret, never its
 // value.
-func Credentials(secrets map[string]string) (ceph.Credentials, error) {
-	cred, err := ceph.CredentialsFromSecrets(secrets)
+func Credentials(secrets map[string]string, order ...ceph.SecretKeys) (ceph.Credentials, error) {
+	cred, err := ceph.CredentialsFromSecrets(secrets, order...)
 	if err != nil {
 		return cred, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
 	}

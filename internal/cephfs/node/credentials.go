@@ -66,7 +66,7 @@ func removeRecoveryKey(r *record) error {
 // carries any, else the recovery key.
 func remountCredentials(r *record, secrets map[string]string) (ceph.Credentials, error) {
 	if len(secrets) > 0 {
-		return nodereq.Credentials(secrets)
+		return nodereq.Credentials(secrets, ceph.AdminFirst...)
 	}
 	cred, err := loadRecoveryKey(r)
 	if errors.Is(err, fs.ErrNotExist) {

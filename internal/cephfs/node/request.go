@@ -55,7 +55,7 @@ func parseStage(req *csi.NodeStageVolumeRequest) (stageRequest, error) {
 	if r.access, err = parseCapability(req.GetVolumeCapability()); err != nil {
 		return r, err
 	}
-	if r.cred, err = nodereq.Credentials(req.GetSecrets()); err != nil {
+	if r.cred, err = nodereq.Credentials(req.GetSecrets(), ceph.AdminFirst...); err != nil {
 		return r, err
 	}
 	if r.vol, err = volumecontext.Parse(req.GetVolumeContext()); err != nil {
@@ -88,7 +88,7 @@ func parsePublish(req *csi.NodePublishVolumeRequest) (publishRequest, error) {
 		return r, err
 	}
 	if len(r.secrets) > 0 {
-		if _, err := nodereq.Credentials(r.secrets); err != nil {
+		if _, err := nodereq.Credentials(r.secrets, ceph.AdminFirst...); err != nil {
 			return r, err
 		}
 	}

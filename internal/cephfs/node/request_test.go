@@ -61,7 +61,7 @@ func TestInvalidArguments(t *testing.T) {
 		{"stage: block", stage(func(r *csi.NodeStageVolumeRequest) {
 			r.VolumeCapability = &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}, AccessMode: rw.AccessMode}
 		}), codes.FailedPrecondition, "no block access"},
-		{"stage: secrets", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets = nil }), codes.InvalidArgument, `secret "userID" is missing`},
+		{"stage: secrets", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets = nil }), codes.InvalidArgument, `secret "adminID" is missing or empty (and so is "userID")`},
 		{"stage: userKey", stage(func(r *csi.NodeStageVolumeRequest) { delete(r.Secrets, "userKey") }), codes.InvalidArgument, `secret "userKey" is missing`},
 		{"stage: bad userKey", stage(func(r *csi.NodeStageVolumeRequest) { r.Secrets["userKey"] = "not base64!" }), codes.InvalidArgument, `secret "userKey" is not a base64`},
 		{"stage: clusterID", stage(func(r *csi.NodeStageVolumeRequest) { r.VolumeContext = withCtx("clusterID", "") }), codes.InvalidArgument, `volume_context["clusterID"] is missing`},
