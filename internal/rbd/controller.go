@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/radosop"
@@ -30,6 +31,9 @@ type Options struct {
 	// Secrets, when set, gives the credentials of ControllerPublishVolume and
 	// ControllerUnpublishVolume requests that carry none (see publishSecrets).
 	Secrets func(context.Context) (map[string]string, error)
+	// CephCSIInstanceID is the --instanceid of the ceph-csi deployment whose volumes this
+	// controller took over: the suffix of its journal's directory objects.
+	CephCSIInstanceID string
 }
 
 // Controller is the CSI Controller service for RBD.
@@ -46,6 +50,9 @@ func NewController(o Options) *Controller {
 	}
 	if o.DefaultSize <= 0 {
 		o.DefaultSize = 1 << 30
+	}
+	if o.CephCSIInstanceID == "" {
+		o.CephCSIInstanceID = cephcsi.DefaultInstanceID
 	}
 	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, Users: controller.NewClassUsers()}, opts: o}
 }

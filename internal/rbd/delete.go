@@ -30,10 +30,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if raw == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
 	}
-	id, err := volid.ParseRBDVolume(raw)
+	vid, err := parseVolumeID(raw)
 	if err != nil {
 		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
 	}
+	if vid.csi != nil {
+		return c.deleteCSIVolume(ctx, req, *vid.csi)
+	}
+	id := vid.mono
 	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
@@ -83,7 +87,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if rec != nil {
 		// the parent's location comes from the journal, not from the clone: a retry after a
 		// crash right after the clone went must still find it
-		if err := c.purgeSourceParent(ctx, p, rec.Attrs[attrSource]); err != nil {
+		if err := c.purgeSourceParent(ctx, p, rec.Attrs[attrSource], rec.Attrs[attrOrigin]); err != nil {
 			return nil, err
 		}
 		err = journal.ReleaseRecord(ctx, p, journal.Volume, rec)
@@ -190,17 +194,23 @@ type trashedImage struct {
 	poolID         int64 // resolved to pool when pool is empty
 }
 
-// parentImage is a clone's parent, when it sits in the trash and is one of ours.
+// parentImage is a clone's parent, when it sits in the trash and is one of ours or ceph-csi's
+// (a volume, or a snapshot's clone image).
 func parentImage(p *rbd.ParentInfo) *trashedImage {
-	if p == nil || !p.Image.Trash || !strings.HasPrefix(p.Image.ImageName, rbdname.VolumePrefix) {
+	if p == nil || !p.Image.Trash ||
+		!strings.HasPrefix(p.Image.ImageName, rbdname.VolumePrefix) && !strings.HasPrefix(p.Image.ImageName, rbdname.SnapshotPrefix) {
 		return nil
 	}
 	return &trashedImage{pool: p.Image.PoolName, ns: p.Image.PoolNamespace, name: p.Image.ImageName}
 }
 
-// sourceImage is the image a volume was cloned from, read from its journal attribute: the
-// source snapshot's image, or the source volume's.
-func sourceImage(attr string) *trashedImage {
+// sourceImage is the image a volume was cloned from, read from its journal attributes: the
+// source snapshot's image, or the source volume's; for a ceph-csi source, the image recorded
+// when the clone was made.
+func sourceImage(attr, origin string) *trashedImage {
+	if origin != "" {
+		return parseOriginAttr(origin)
+	}
 	kind, raw, ok := strings.Cut(attr, ":")
 	if !ok {
 		return nil
@@ -226,8 +236,8 @@ func sourceImage(attr string) *trashedImage {
 
 // purgeSourceParent removes the image a clone came from when the RBD trash kept it only for
 // clones and the last of them is gone.
-func (c *Controller) purgeSourceParent(ctx context.Context, p radosop.Location, sourceAttr string) error {
-	t := sourceImage(sourceAttr)
+func (c *Controller) purgeSourceParent(ctx context.Context, p radosop.Location, sourceAttr, originAttr string) error {
+	t := sourceImage(sourceAttr, originAttr)
 	if t == nil {
 		return nil
 	}
@@ -247,31 +257,75 @@ func (c *Controller) purgeSourceParent(ctx context.Context, p radosop.Location, 
 	return err
 }
 
-// purgeTrashed removes t from the RBD trash where Trash(0) put it. While other clones still
-// need it, librbd refuses (ENOTEMPTY: trashed snapshots with children; EBUSY: open), which is
-// fine: the last clone's deletion comes back here.
+// purgeTrashed removes t from the RBD trash where Trash(0) put it (or ceph-csi's delete, which
+// trashes images and leaves their removal to a manager task), then t's own trashed parent,
+// and so up the chain: a ceph-csi volume kept for a snapshot image kept for a restored clone
+// goes with the clone. While other clones still need an image, librbd refuses (ENOTEMPTY:
+// trashed snapshots with children; EBUSY: open), which ends the walk: the last clone's
+// deletion comes back here.
 func purgeTrashed(r *rados.Conn, t *trashedImage) error {
-	if t == nil {
-		return nil
+	for n := 0; t != nil && n < maxPurgeChain; n++ {
+		next, err := purgeOne(r, t)
+		if err != nil {
+			return err
+		}
+		t = next
 	}
+	return nil
+}
+
+// maxPurgeChain bounds the walk up a chain of trashed parents.
+const maxPurgeChain = 16
+
+// purgeOne removes the trash entries of t and returns the trashed parent of what it removed.
+func purgeOne(r *rados.Conn, t *trashedImage) (*trashedImage, error) {
 	io, err := r.OpenIOContext(t.pool)
 	if isNotFound(err) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer io.Destroy()
 	io.SetNamespace(t.ns)
 	kept, err := trashedAs(io, t.name, trashSourceUser)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var next *trashedImage
 	for _, e := range kept {
-		err := rbd.TrashRemove(io, e.ID, false)
-		if err != nil && !isNotFound(err) && !ceph.Is(err, ceph.ErrNotEmpty) && !ceph.Is(err, ceph.ErrBusy) {
-			return err
+		parent, err := trashedParent(io, e.ID)
+		if err != nil {
+			return nil, err
+		}
+		err = rbd.TrashRemove(io, e.ID, false)
+		switch {
+		case err == nil:
+			next = parent
+		case isNotFound(err) || ceph.Is(err, ceph.ErrNotEmpty) || ceph.Is(err, ceph.ErrBusy):
+		default:
+			return nil, err
 		}
 	}
-	return nil
+	return next, nil
+}
+
+// trashedParent is the parent of a trashed image, when that sits in the trash too.
+func trashedParent(io *rados.IOContext, id string) (*trashedImage, error) {
+	img, err := rbd.OpenImageByIdReadOnly(io, id, rbd.NoSnapshot)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer img.Close()
+	p, err := img.GetParent()
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parentImage(p), nil
 }

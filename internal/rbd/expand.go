@@ -10,37 +10,50 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
-	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// openVolume resolves a volume ID to its location and checks the image exists (a hidden deleted
-// volume does not). The caller releases the connection.
-func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[string]string) (radosop.Location, volid.RBDVolume, imageState, error) {
-	id, err := volid.ParseRBDVolume(raw)
+// openedVolume is a volume openVolume found: its ID (of either format) and its image's name.
+type openedVolume struct {
+	id    volumeID
+	image string
+}
+
+// openVolume resolves a volume ID of either format to its location and image, and checks the
+// image exists (a hidden deleted volume does not). The caller releases the connection.
+func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[string]string) (radosop.Location, openedVolume, imageState, error) {
+	id, err := parseVolumeID(raw)
 	if err != nil {
-		return radosop.Location{}, id, imageState{}, controller.NotFoundf("volume %q does not exist", raw)
+		return radosop.Location{}, openedVolume{}, imageState{}, controller.NotFoundf("volume %q does not exist", raw)
 	}
-	cl, err := c.Cluster(id.ClusterID, codes.NotFound, "volume_id")
-	if err != nil {
-		return radosop.Location{}, id, imageState{}, err
-	}
-	p, _, err := c.locate(ctx, cl, id.PoolID, id.Namespace, secrets)
-	if err != nil {
-		return radosop.Location{}, id, imageState{}, orNotFound(err, "volume "+raw)
+	v := openedVolume{id: id}
+	var p radosop.Location
+	if id.csi != nil {
+		if p, v.image, err = c.openCSIVolume(ctx, *id.csi, secrets); err != nil {
+			return radosop.Location{}, v, imageState{}, err
+		}
+	} else {
+		cl, err := c.Cluster(id.mono.ClusterID, codes.NotFound, "volume_id")
+		if err != nil {
+			return radosop.Location{}, v, imageState{}, err
+		}
+		if p, _, err = c.locate(ctx, cl, id.mono.PoolID, id.mono.Namespace, secrets); err != nil {
+			return radosop.Location{}, v, imageState{}, orNotFound(err, "volume "+raw)
+		}
+		v.image = rbdname.Image(id.mono.UID)
 	}
 	st, err := radosop.With(ctx, p, "inspect volume", func(io *rados.IOContext) (imageState, error) {
-		return inspect(io, rbdname.Image(id.UID))
+		return inspect(io, v.image)
 	})
 	if err == nil && (!st.exists || st.deleted) {
 		err = controller.NotFoundf("volume %q does not exist", raw)
 	}
 	if err != nil {
 		p.Conn.Release()
-		return radosop.Location{}, id, st, err
+		return radosop.Location{}, v, st, err
 	}
-	return p, id, st, nil
+	return p, v, st, nil
 }
 
 // ControllerExpandVolume grows the image; it never shrinks. A filesystem volume then needs the
@@ -56,7 +69,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	defer unlock()
-	p, id, st, err := c.openVolume(ctx, raw, req.GetSecrets())
+	p, v, st, err := c.openVolume(ctx, raw, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +79,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(st.size), NodeExpansionRequired: nodeExpand}, nil
 	}
 	_, err = radosop.With(ctx, p, "resize", func(io *rados.IOContext) (struct{}, error) {
-		return struct{}{}, resize(io, rbdname.Image(id.UID), uint64(size))
+		return struct{}{}, resize(io, v.image, uint64(size))
 	})
 	if errors.Is(err, ceph.ErrNoSpace) {
 		return nil, status.Errorf(codes.OutOfRange, "cannot grow volume to %d bytes: %v", size, err)

@@ -6,7 +6,6 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -185,16 +184,4 @@ func groupMembersIn(ctx context.Context, p radosop.Location, clusterID string, p
 		}
 	}
 	return out, nil
-}
-
-// memberSize is the size of a group snapshot member (NOT_FOUND when it does not exist) and
-// how messages name it.
-func memberSize(ctx context.Context, conn *ceph.Conn, s volid.RBDSnapshot) (uint64, string, error) {
-	what := "source snapshot " + s.String()
-	pool, err := poolByID(ctx, conn, s.PoolID)
-	if err != nil {
-		return 0, what, orNotFound(err, what)
-	}
-	info, err := memberSnapshot(ctx, radosop.Location{Conn: conn, Pool: pool, Namespace: s.Namespace}, s)
-	return info.Size, what, err
 }

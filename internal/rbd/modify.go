@@ -7,7 +7,6 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/radosop"
-	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -29,16 +28,15 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	defer unlock()
-	p, id, _, err := c.openVolume(ctx, raw, req.GetSecrets())
+	p, v, _, err := c.openVolume(ctx, raw, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
 	defer p.Conn.Release()
-	name := rbdname.Image(id.UID)
-	if err := setQoS(ctx, p, name, q); err != nil {
+	if err := setQoS(ctx, p, v.image, q); err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("Volume modified", "image", p.String()+"/"+name, "qos", q)
+	klog.FromContext(ctx).V(2).Info("Volume modified", "image", p.String()+"/"+v.image, "qos", q)
 	return &csi.ControllerModifyVolumeResponse{}, nil
 }
 

@@ -3,6 +3,7 @@ package rbd
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/monoceph/monoceph/internal/controller"
@@ -21,6 +22,8 @@ const (
 	paramImageFeatures  = "imageFeatures"
 	paramMounter        = "mounter"
 	paramFsType         = "csi.storage.k8s.io/fstype"
+	// paramTryOtherMounters (ceph-csi's key): when the node lacks the mounter, try the others
+	paramTryOtherMounters = "tryOtherMounters"
 )
 
 // DefaultImageFeatures make changed-block queries cheap (object-map, fast-diff) and allow
@@ -40,13 +43,14 @@ var featureNeeds = map[string][]string{
 }
 
 type volumeParams struct {
-	ClusterID string
-	Pool      string
-	DataPool  string
-	Namespace string
-	nsSet     bool
-	Features  []string
-	Mounter   string
+	ClusterID        string
+	Pool             string
+	DataPool         string
+	Namespace        string
+	nsSet            bool
+	Features         []string
+	Mounter          string
+	TryOtherMounters bool
 }
 
 func parseVolumeParams(p map[string]string) (volumeParams, error) {
@@ -68,17 +72,29 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 			}
 			v.Features = fs
 		case paramMounter:
-			if !volumecontext.ValidMounter(val) {
-				return v, controller.InvalidParam(k, "%q: want %s, %s or %s", val, volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
+			m, ok := volumecontext.CanonicalMounter(val)
+			if !ok {
+				return v, controller.InvalidParam(k, "%q: want %s (or ceph-csi's %s), %s or %s", val, volumecontext.MounterKRBD,
+					volumecontext.MounterCephCSIKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
 			}
-			v.Mounter = val
+			v.Mounter = m
+		case paramTryOtherMounters:
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return v, controller.InvalidParam(k, "%q: want true or false", val)
+			}
+			v.TryOtherMounters = b
 		case paramFsType:
 			if val != "" && !supportedFsTypes[val] {
 				return v, controller.InvalidParam(k, "%q: want ext4 or xfs", val)
 			}
 		}
 	}
-	if err := controller.UnknownParams(p, paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter); err != nil {
+	if err := controller.CephCSIParams(p, cephCSIRBDParams); err != nil {
+		return v, err
+	}
+	known := []string{paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter, paramTryOtherMounters}
+	if err := controller.UnknownParams(p, append(known, cephCSIRBDParams.Keys()...)...); err != nil {
 		return v, err
 	}
 	if v.ClusterID == "" {
@@ -120,4 +136,37 @@ func parseFeatures(s string) ([]string, error) {
 
 func featureBits(names []string) uint64 {
 	return uint64(rbd.FeatureSetFromNames(names))
+}
+
+// cephCSIRBDParams are ceph-csi's RBD StorageClass keys beyond the ones monoceph shares with
+// it: accepted where they agree with what monoceph does, refused (naming the feature) where they
+// would ask for something monoceph does not do. See controller.CephCSIParams.
+var cephCSIRBDParams = controller.CephCSIKeys{
+	"imageFormat":      controller.OnlyValue("2", "RBD image format 1"),
+	"volumeNamePrefix": controller.OnlyValue("csi-vol-", "custom image name prefixes"),
+	"encrypted":        controller.NotTrue("encryption"),
+	"encryptionType":   controller.Ignored, // only read with encrypted: "true"
+	"encryptionKMSID":  controller.Ignored,
+	"thickProvision":   controller.NotTrue("thick provisioning"),
+	// node options: log placement of rbd-nbd, which monoceph decides itself
+	"cephLogDir":               controller.Ignored,
+	"cephLogStrategy":          controller.Ignored,
+	"mapOptions":               controller.Empty("custom krbd/rbd-nbd map options"),
+	"unmapOptions":             controller.Empty("custom krbd/rbd-nbd unmap options"),
+	"mkfsOptions":              controller.Empty("custom mkfs options"),
+	"stripeUnit":               controller.Refused("striping"),
+	"stripeCount":              controller.Refused("striping"),
+	"objectSize":               controller.Refused("custom object sizes"),
+	"topologyConstrainedPools": controller.Refused("topology-constrained pools"),
+	// QoS of newer ceph-csi releases
+	"baseIops": controller.Refused("QoS"), "maxIops": controller.Refused("QoS"),
+	"baseReadIops": controller.Refused("QoS"), "maxReadIops": controller.Refused("QoS"),
+	"baseWriteIops": controller.Refused("QoS"), "maxWriteIops": controller.Refused("QoS"),
+	"baseBps": controller.Refused("QoS"), "maxBps": controller.Refused("QoS"),
+	"baseReadBps": controller.Refused("QoS"), "maxReadBps": controller.Refused("QoS"),
+	"baseWriteBps": controller.Refused("QoS"), "maxWriteBps": controller.Refused("QoS"),
+	"iopsPerGiB": controller.Refused("QoS"), "readIopsPerGiB": controller.Refused("QoS"),
+	"writeIopsPerGiB": controller.Refused("QoS"), "bpsPerGiB": controller.Refused("QoS"),
+	"readBpsPerGiB": controller.Refused("QoS"), "writeBpsPerGiB": controller.Refused("QoS"),
+	"baseVolSizeBytes": controller.Refused("QoS"),
 }

@@ -67,6 +67,26 @@ func TestParseVolumeParams(t *testing.T) {
 		{"bad fstype", with("csi.storage.k8s.io/fstype", "btrfs"), "csi.storage.k8s.io/fstype", nil},
 		{"namespace too long", with("radosNamespace", strings.Repeat("n", 33)), "radosNamespace", nil},
 		{"namespace injection", with("radosNamespace", "../x"), "radosNamespace", nil},
+		// ceph-csi's StorageClass keys: accepted where they agree, refused naming the feature
+		{"ceph-csi krbd", with("mounter", "rbd", "tryOtherMounters", "true"), "", func(t *testing.T, v volumeParams) {
+			if v.Mounter != "krbd" || !v.TryOtherMounters {
+				t.Errorf("ceph-csi's mounter rbd and tryOtherMounters: %+v", v)
+			}
+		}},
+		{"ceph-csi class as written", with("imageFormat", "2", "imageFeatures", "layering", "volumeNamePrefix", "csi-vol-", "encrypted", "false",
+			"encryptionKMSID", "vault", "thickProvision", "false", "cephLogDir", "/var/log/ceph", "cephLogStrategy", "remove",
+			"mapOptions", "", "mkfsOptions", "", "csi.storage.k8s.io/provisioner-secret-name", "csi-rbd-secret"), "", nil},
+		{"encrypted", with("encrypted", "true"), "encrypted", nil},
+		{"encrypted garbage", with("encrypted", "yes please"), "encrypted", nil},
+		{"thick provisioning", with("thickProvision", "true"), "thickProvision", nil},
+		{"image format 1", with("imageFormat", "1"), "imageFormat", nil},
+		{"name prefix", with("volumeNamePrefix", "k8s-"), "volumeNamePrefix", nil},
+		{"map options", with("mapOptions", "krbd:lock_on_read"), "mapOptions", nil},
+		{"mkfs options", with("mkfsOptions", "-m0"), "mkfsOptions", nil},
+		{"striping", with("stripeUnit", "65536", "stripeCount", "4"), "stripeCount", nil},
+		{"topology", with("topologyConstrainedPools", "[]"), "topologyConstrainedPools", nil},
+		{"QoS", with("maxIops", "100"), "maxIops", nil},
+		{"bad tryOtherMounters", with("tryOtherMounters", "maybe"), "tryOtherMounters", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -141,7 +161,7 @@ func TestCompatible(t *testing.T) {
 	req := func(required, limit int64) *csi.CreateVolumeRequest {
 		return &csi.CreateVolumeRequest{Name: "v", CapacityRange: &csi.CapacityRange{RequiredBytes: required, LimitBytes: limit}}
 	}
-	snap := source{Snap: &volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: "c", PoolID: 2, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}
+	snap := source{Snap: &snapshotID{mono: volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: "c", PoolID: 2, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}}
 	tests := []struct {
 		name string
 		req  *csi.CreateVolumeRequest
@@ -174,19 +194,24 @@ func TestCompatible(t *testing.T) {
 func TestSourceImage(t *testing.T) {
 	vol := volid.RBDVolume{ClusterID: "c", PoolID: 7, Namespace: "ns", UID: "aaaaaaaaaaaaaaaa"}
 	snap := volid.RBDSnapshot{RBDVolume: vol, SnapUID: "bbbbbbbbbbbbbbbb"}
+	const csiSnap = "0001-0002-c1-0000000000000007-c050fde3-2a93-4a45-900c-96bcc96c6b40"
 	tests := []struct {
-		attr string
-		want *trashedImage
+		attr, origin string
+		want         *trashedImage
 	}{
-		{"", nil},
-		{"volume:" + vol.String(), &trashedImage{poolID: 7, ns: "ns", name: "csi-vol-aaaaaaaaaaaaaaaa"}},
-		{"snapshot:" + snap.String(), &trashedImage{poolID: 7, ns: "ns", name: "csi-vol-aaaaaaaaaaaaaaaa"}},
-		{"volume:garbage", nil},
-		{"snapshot:" + vol.String(), nil}, // a volume ID where a snapshot ID belongs
-		{"image:" + vol.String(), nil},
+		{"", "", nil},
+		{"volume:" + vol.String(), "", &trashedImage{poolID: 7, ns: "ns", name: "csi-vol-aaaaaaaaaaaaaaaa"}},
+		{"snapshot:" + snap.String(), "", &trashedImage{poolID: 7, ns: "ns", name: "csi-vol-aaaaaaaaaaaaaaaa"}},
+		{"volume:garbage", "", nil},
+		{"snapshot:" + vol.String(), "", nil}, // a volume ID where a snapshot ID belongs
+		{"image:" + vol.String(), "", nil},
+		// a ceph-csi source: the image recorded at clone time (its journal entry may be gone)
+		{"snapshot:" + csiSnap, "7/k8s/csi-snap-c050fde3-2a93-4a45-900c-96bcc96c6b40",
+			&trashedImage{poolID: 7, ns: "k8s", name: "csi-snap-c050fde3-2a93-4a45-900c-96bcc96c6b40"}},
+		{"snapshot:" + csiSnap, "7", nil},
 	}
 	for _, tt := range tests {
-		got := sourceImage(tt.attr)
+		got := sourceImage(tt.attr, tt.origin)
 		if (got == nil) != (tt.want == nil) || (got != nil && *got != *tt.want) {
 			t.Errorf("sourceImage(%q) = %+v, want %+v", tt.attr, got, tt.want)
 		}

@@ -73,15 +73,19 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err != nil {
 		return nil, err
 	}
-	p, id, _, err := c.openVolume(ctx, r.volumeID, secrets)
+	p, v, _, err := c.openVolume(ctx, r.volumeID, secrets)
 	if err != nil {
 		return nil, err
 	}
 	defer p.Conn.Release()
+	if v.id.csi != nil {
+		// attachment objects are keyed by monoceph's UID; ceph-csi's volumes have none yet
+		return nil, status.Errorf(codes.Unimplemented, "volume %q is ceph-csi's: publishing it is not supported yet", r.volumeID)
+	}
 	if err := c.checkNode(ctx, r.nodeID); err != nil {
 		return nil, err
 	}
-	_, err = attachment.Modify(ctx, p, id.UID, "publish volume", func(st *attachment.State) error {
+	_, err = attachment.Modify(ctx, p, v.id.mono.UID, "publish volume", func(st *attachment.State) error {
 		if cur, ok := st.Published[r.nodeID]; ok {
 			if cur != r.pub {
 				return status.Errorf(codes.AlreadyExists, "volume %q is published to node %q as %s, not as %s", r.volumeID, r.nodeID, describe(cur), describe(r.pub))

@@ -34,14 +34,21 @@ const (
 // pool and namespace) makes it idempotent by name and records size and creation time for
 // ListSnapshots.
 func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if err := controller.CheckCreateSnapshot(req); err != nil {
+	if err := controller.CheckCreateSnapshot(req, paramPool); err != nil {
 		return nil, err
 	}
 	name, srcID := req.GetName(), req.GetSourceVolumeId()
-	src, err := volid.ParseRBDVolume(srcID)
+	sid, err := parseVolumeID(srcID)
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
+	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.clusterID()); err != nil {
+		return nil, err
+	}
+	if sid.csi != nil {
+		return c.createCSISnapshot(ctx, req, *sid.csi)
+	}
+	src := sid.mono
 	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
@@ -58,7 +65,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	defer p.Conn.Release()
 	image := rbdname.Image(src.UID)
 	// a missing source must not leave a reservation (or a journal object) behind
-	if _, _, err := sourceSize(ctx, p.Conn, source{Vol: &src}); err != nil {
+	if _, err := (origin{loc: p, image: image, what: "source volume " + srcID}).size(ctx); err != nil {
 		return nil, err
 	}
 
@@ -157,10 +164,14 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if raw == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id is missing")
 	}
-	id, err := volid.ParseRBDSnapshot(raw)
+	sid, err := parseSnapshotID(raw)
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	if sid.csi != nil {
+		return c.deleteCSISnapshot(ctx, req, *sid.csi)
+	}
+	id := sid.mono
 	if id.Member {
 		return c.deleteMember(ctx, id, req.GetSecrets())
 	}
@@ -205,28 +216,37 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 
-// ListSnapshots reads the snapshot journals: of the snapshot's or source volume's pool when
-// filtered, else of every pool and RBD namespace of every cluster the secrets open.
+// ListSnapshots reads the snapshot journals, monoceph's and ceph-csi's: of the snapshot's or
+// source volume's pool when filtered, else of every pool and RBD namespace of every cluster the
+// secrets open.
 func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRequest) (*csi.ListSnapshotsResponse, error) {
 	var all []*csi.Snapshot
 	var err error
 	switch {
 	case req.GetSnapshotId() != "":
-		id, perr := volid.ParseRBDSnapshot(req.GetSnapshotId())
+		want := req.GetSnapshotId()
+		id, perr := parseSnapshotID(want)
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listAt(ctx, id.ClusterID, id.PoolID, id.Namespace, req.GetSecrets(), func(s *csi.Snapshot) bool {
-			return s.GetSnapshotId() == req.GetSnapshotId()
-		})
+		keep := func(s *csi.Snapshot) bool { return s.GetSnapshotId() == want }
+		if id.csi != nil {
+			all, err = c.listCSIAt(ctx, *id.csi, req.GetSecrets(), keep)
+		} else {
+			all, err = c.listAt(ctx, id.mono.ClusterID, id.mono.PoolID, id.mono.Namespace, req.GetSecrets(), keep)
+		}
 	case req.GetSourceVolumeId() != "":
-		v, perr := volid.ParseRBDVolume(req.GetSourceVolumeId())
+		want := req.GetSourceVolumeId()
+		v, perr := parseVolumeID(want)
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listAt(ctx, v.ClusterID, v.PoolID, v.Namespace, req.GetSecrets(), func(s *csi.Snapshot) bool {
-			return s.GetSourceVolumeId() == req.GetSourceVolumeId()
-		})
+		keep := func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == want }
+		if v.csi != nil {
+			all, err = c.listCSIAt(ctx, *v.csi, req.GetSecrets(), keep)
+		} else {
+			all, err = c.listAt(ctx, v.mono.ClusterID, v.mono.PoolID, v.mono.Namespace, req.GetSecrets(), keep)
+		}
 	default:
 		all, err = c.listEverywhere(ctx, req.GetSecrets())
 	}
@@ -234,7 +254,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		return nil, err
 	}
 	return controller.Page(all, req.GetStartingToken(), req.GetMaxEntries(), func(tok string) bool {
-		_, err := volid.ParseRBDSnapshot(tok)
+		_, err := parseSnapshotID(tok)
 		return err == nil
 	})
 }
@@ -329,7 +349,18 @@ func (c *Controller) listCluster(ctx context.Context, cl v1.Cluster, secrets map
 	}
 	var out []*csi.Snapshot
 	for _, l := range locs {
-		found, err := snapshotsIn(ctx, radosop.Location{Conn: conn, Pool: l.pool, Namespace: l.ns}, cl.ClusterID, l.id, nil)
+		loc := radosop.Location{Conn: conn, Pool: l.pool, Namespace: l.ns}
+		found, err := snapshotsIn(ctx, loc, cl.ClusterID, l.id, nil)
+		if err != nil && !errors.Is(err, ceph.ErrPermission) {
+			return nil, err
+		}
+		out = append(out, found...)
+		// ceph-csi keeps its journal in the cluster's configured namespace only, and its
+		// handles do not name one: entries elsewhere could not be resolved from their IDs
+		if l.ns != cl.RBD.RadosNamespace {
+			continue
+		}
+		found, err = c.csiSnapshotsIn(ctx, loc, cl.ClusterID, l.id, nil)
 		if err != nil && !errors.Is(err, ceph.ErrPermission) {
 			return nil, err
 		}

@@ -28,27 +28,29 @@ const (
 	attrSource   = "source"
 	attrFeatures = "features"
 	attrDataPool = "dataPool"
+	// attrOrigin records a ceph-csi source's image (origin.attr), for purging it from the trash
+	attrOrigin = "origin"
 	// attrState is set to stateReady once a clone is complete: a clone without a parent is
 	// then a flattened one, not one whose creation was cut short.
 	attrState  = "state"
 	stateReady = "ready"
 )
 
-// source is a decoded volume_content_source.
-type source = controller.Source[volid.RBDSnapshot, volid.RBDVolume]
+// source is a decoded volume_content_source: IDs of either format.
+type source = controller.Source[snapshotID, volumeID]
 
 func sourceCluster(s source) string {
 	switch {
 	case s.Snap != nil:
-		return s.Snap.ClusterID
+		return s.Snap.clusterID()
 	case s.Vol != nil:
-		return s.Vol.ClusterID
+		return s.Vol.clusterID()
 	}
 	return ""
 }
 
 func parseSource(cs *csi.VolumeContentSource) (source, error) {
-	return controller.ParseSource(cs, volid.ParseRBDSnapshot, volid.ParseRBDVolume)
+	return controller.ParseSource(cs, parseSnapshotID, parseVolumeID)
 }
 
 // createRequest is a CreateVolume whose fields passed the checks that need no cluster.
@@ -122,14 +124,21 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		return nil, err
 	}
 	dst := radosop.Location{Conn: conn, Pool: params.Pool, Namespace: params.Namespace}
-	if err := checkSource(ctx, conn, src, uint64(size)); err != nil {
+	o, err := c.resolveSource(ctx, conn, src)
+	if err != nil {
 		return nil, err
 	}
-
-	rec, created, err := journal.Reserve(ctx, dst, journal.Volume, name, map[string]string{
+	if err := checkSource(ctx, o, uint64(size)); err != nil {
+		return nil, err
+	}
+	attrs := map[string]string{
 		attrSize: strconv.FormatInt(size, 10), attrSource: src.String(),
 		attrFeatures: joinFeatures(params.Features), attrDataPool: params.DataPool,
-	})
+	}
+	if o.csi != nil {
+		attrs[attrOrigin] = o.attr(o.csi.LocationID)
+	}
+	rec, created, err := journal.Reserve(ctx, dst, journal.Volume, name, attrs)
 	if err != nil {
 		return nil, err
 	}
@@ -143,10 +152,12 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 
 	switch {
 	case rec.Attrs[attrState] == stateReady:
+	case o.member != nil:
+		err = c.restoreMember(ctx, dst, rec.UID, uint64(size), params, *o.member)
 	case src.Snap != nil:
-		err = c.cloneFromSnapshot(ctx, dst, rec.UID, uint64(size), params, *src.Snap)
+		err = c.clone(ctx, o.loc, o.image, o.snap, dst, rbdname.Image(rec.UID), uint64(size), params, o.what)
 	case src.Vol != nil:
-		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, *src.Vol)
+		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, o)
 	default:
 		err = ensureBlank(ctx, dst, rbdname.Image(rec.UID), uint64(size), params, created)
 	}
@@ -175,7 +186,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		VolumeId:      id.String(),
 		CapacityBytes: size,
 		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
-			Name: rbdname.Image(rec.UID), Mounter: params.Mounter}.Map(),
+			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters}.Map(),
 		ContentSource: req.GetVolumeContentSource(),
 	}}, nil
 }
@@ -234,54 +245,18 @@ func giveBack(ctx context.Context, p radosop.Location, k journal.Kind, rec *jour
 }
 
 // checkSource verifies the content source exists and fits in size.
-func checkSource(ctx context.Context, conn *ceph.Conn, src source, size uint64) error {
-	srcSize, what, err := sourceSize(ctx, conn, src)
+func checkSource(ctx context.Context, o origin, size uint64) error {
+	if o.what == "" {
+		return nil
+	}
+	srcSize, err := o.size(ctx)
 	if err != nil {
 		return err
 	}
 	if srcSize > size {
-		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, what, srcSize)
+		return status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, o.what, srcSize)
 	}
 	return nil
-}
-
-// sourceSize returns the size of a content source (NOT_FOUND when it does not exist, or is a
-// deleted volume kept for its snapshots) and how messages name it.
-func sourceSize(ctx context.Context, conn *ceph.Conn, src source) (uint64, string, error) {
-	var poolID int64
-	var ns, image, snap, what string
-	switch {
-	case src.Snap != nil && src.Snap.Member:
-		return memberSize(ctx, conn, *src.Snap)
-	case src.Snap != nil:
-		poolID, ns, image, snap, what = src.Snap.PoolID, src.Snap.Namespace, rbdname.Image(src.Snap.UID), rbdname.Snapshot(src.Snap.SnapUID), "source snapshot "+src.Snap.String()
-	case src.Vol != nil:
-		poolID, ns, image, what = src.Vol.PoolID, src.Vol.Namespace, rbdname.Image(src.Vol.UID), "source volume "+src.Vol.String()
-	default:
-		return 0, "", nil
-	}
-	pool, err := poolByID(ctx, conn, poolID)
-	if err != nil {
-		return 0, what, orNotFound(err, what)
-	}
-	size, err := radosop.With(ctx, radosop.Location{Conn: conn, Pool: pool, Namespace: ns}, "inspect "+what, func(io *rados.IOContext) (uint64, error) {
-		st, err := inspect(io, image)
-		if err != nil {
-			return 0, err
-		}
-		if snap == "" {
-			if !st.exists || st.deleted {
-				return 0, controller.NotFoundf("%s does not exist", what)
-			}
-			return st.size, nil
-		}
-		s, ok := st.hasSnap(snap)
-		if !st.exists || !ok {
-			return 0, controller.NotFoundf("%s does not exist", what)
-		}
-		return s.Size, nil
-	})
-	return size, what, err
 }
 
 func joinFeatures(fs []string) string {
@@ -338,30 +313,12 @@ func ensureBlank(ctx context.Context, p radosop.Location, name string, size uint
 	return err
 }
 
-// cloneFromSnapshot clones the CSI snapshot's RBD snapshot (clone v2: no protection needed),
-// grows the clone to the requested size and flattens it when the chain gets too long.
-func (c *Controller) cloneFromSnapshot(ctx context.Context, dst radosop.Location, uid string, size uint64, params volumeParams, s volid.RBDSnapshot) error {
-	if s.Member {
-		return c.restoreMember(ctx, dst, uid, size, params, s)
-	}
-	pool, err := poolByID(ctx, dst.Conn, s.PoolID)
-	if err != nil {
-		return orNotFound(err, "source snapshot "+s.String())
-	}
-	parent := radosop.Location{Conn: dst.Conn, Pool: pool, Namespace: s.Namespace}
-	return c.clone(ctx, parent, rbdname.Image(s.UID), rbdname.Snapshot(s.SnapUID), dst, rbdname.Image(uid), size, params, "source snapshot "+s.String())
-}
-
 // cloneFromVolume cuts a transient snapshot of the source volume, clones it and removes the
 // snapshot again (with clone v2 it moves to the trash namespace until the clone is flattened or
 // deleted). The snapshot is named after the new volume, so a retry finds its own.
-func (c *Controller) cloneFromVolume(ctx context.Context, dst radosop.Location, uid string, size uint64, params volumeParams, v volid.RBDVolume) error {
-	pool, err := poolByID(ctx, dst.Conn, v.PoolID)
-	if err != nil {
-		return orNotFound(err, "source volume "+v.String())
-	}
-	parent := radosop.Location{Conn: dst.Conn, Pool: pool, Namespace: v.Namespace}
-	srcName, tmp, child := rbdname.Image(v.UID), rbdname.CloneSnapshot(uid), rbdname.Image(uid)
+func (c *Controller) cloneFromVolume(ctx context.Context, dst radosop.Location, uid string, size uint64, params volumeParams, o origin) error {
+	parent := o.loc
+	srcName, tmp, child := o.image, rbdname.CloneSnapshot(uid), rbdname.Image(uid)
 
 	done, err := radosop.With(ctx, dst, "inspect clone "+child, func(io *rados.IOContext) (bool, error) {
 		st, err := inspect(io, child)
@@ -377,10 +334,10 @@ func (c *Controller) cloneFromVolume(ctx context.Context, dst radosop.Location, 
 				return struct{}{}, err
 			}
 			if !st.exists || st.deleted {
-				return struct{}{}, controller.NotFoundf("source volume %s does not exist", v.String())
+				return struct{}{}, controller.NotFoundf("%s does not exist", o.what)
 			}
 			if st.size > size {
-				return struct{}{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than source volume %s (%d bytes)", size, v.String(), st.size)
+				return struct{}{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, o.what, st.size)
 			}
 			if _, ok := st.hasSnap(tmp); ok {
 				return struct{}{}, nil
@@ -397,7 +354,7 @@ func (c *Controller) cloneFromVolume(ctx context.Context, dst radosop.Location, 
 			return err
 		}
 		faultpoint.Hit("rbd.CreateVolume.clone-snapshot")
-		if err := c.clone(ctx, parent, srcName, tmp, dst, child, size, params, "source volume "+v.String()); err != nil {
+		if err := c.clone(ctx, parent, srcName, tmp, dst, child, size, params, o.what); err != nil {
 			return err
 		}
 	}

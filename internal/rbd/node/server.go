@@ -128,6 +128,30 @@ func (s *Server) attacher(name string) (attach.Attacher, error) {
 	return a, nil
 }
 
+// pickAttacher is the attacher of a stage request: the mounter the volume asks for or, with
+// tryOtherMounters (ceph-csi's volume context key), the one it is staged with already, else
+// the first of krbd, rbd-nbd and fuse the node has. It sets r.image.Mounter to the one chosen.
+func (s *Server) pickAttacher(r *stageRequest, rec *record) (attach.Attacher, error) {
+	if !r.image.TryOtherMounters {
+		return s.attacher(r.image.Mounter)
+	}
+	if rec != nil {
+		r.image.Mounter = rec.Mounter
+		return s.attacher(rec.Mounter)
+	}
+	a, err := s.attacher(r.image.Mounter)
+	if status.Code(err) != codes.FailedPrecondition {
+		return a, err
+	}
+	for _, m := range volumecontext.Mounters {
+		if other, oerr := s.attacher(m); oerr == nil {
+			r.image.Mounter = m
+			return other, nil
+		}
+	}
+	return nil, status.Errorf(codes.FailedPrecondition, "%s, and no other mounter is available either (tryOtherMounters)", status.Convert(err).Message())
+}
+
 // NodeGetInfo implements csi.NodeServer.
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
 	// no volume limit: loop and rbd devices are plentiful, and no topology: every node reaches

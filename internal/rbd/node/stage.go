@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
+	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -42,7 +43,23 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// the map may be catching up with a ConfigMap change: retryable, not a bad request
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	attacher, err := s.attacher(r.image.Mounter)
+	if r.image.Encrypted {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted (volume_context[%q] = \"true\", ceph-csi's encryption): monoceph does not support encryption and will not stage it as a plain device",
+			r.volumeID, volumecontext.Encrypted)
+	}
+	rec, err := s.loadRecord(r.stagingPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil {
+		if st, err := readCephCSIStash(r.stagingPath); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		} else if st != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds ceph-csi's staging of image %s/%s: unstage it first (NodeUnstageVolume does)",
+				r.stagingPath, st.Pool, st.Image)
+		}
+	}
+	attacher, err := s.pickAttacher(&r, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -51,10 +68,6 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	if err := os.MkdirAll(r.stagingPath, 0o750); err != nil {
 		return nil, status.Errorf(codes.Internal, "staging_target_path: %v", err)
-	}
-	rec, err := s.loadRecord(r.stagingPath)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
 	}
 	fresh := rec == nil
 	if fresh {
@@ -189,7 +202,17 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	if rec == nil {
 		// the record is written before anything is set up: without one there is nothing of
-		// ours here (never staged, or already unstaged)
+		// ours here (never staged, or already unstaged), but maybe ceph-csi's
+		st, err := readCephCSIStash(stagingPath)
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if st != nil {
+			if err := s.unstageCephCSI(ctx, stagingPath, volumeID, st); err != nil {
+				return nil, err
+			}
+			log.V(2).Info("Volume unstaged (staged by ceph-csi)", "image", st.Pool+"/"+st.Image, "duration", time.Since(start))
+		}
 		return &csi.NodeUnstageVolumeResponse{}, nil
 	}
 	if rec.VolumeID != volumeID {

@@ -4,6 +4,7 @@ package volumecontext
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/monoceph/monoceph/internal/cephname"
 )
@@ -16,6 +17,11 @@ const (
 	ImageName      = "imageName"
 	// Mounter is how the node attaches the image: MounterKRBD, MounterNBD or MounterFuse.
 	Mounter = "mounter"
+	// TryOtherMounters (ceph-csi's key) lets the node use another mounter when it lacks the
+	// one asked for.
+	TryOtherMounters = "tryOtherMounters"
+	// Encrypted marks a volume ceph-csi encrypted; monoceph refuses to stage it.
+	Encrypted = "encrypted"
 )
 
 // Mounters.
@@ -25,28 +31,53 @@ const (
 	MounterFuse = "fuse"
 )
 
+// MounterCephCSIKRBD is ceph-csi's name for krbd, found in its classes and volume contexts.
+const MounterCephCSIKRBD = "rbd"
+
 // DefaultMounter is used when a StorageClass names none.
 const DefaultMounter = MounterKRBD
 
+// Mounters is every mounter, in the order tryOtherMounters falls back through them.
+var Mounters = []string{MounterKRBD, MounterNBD, MounterFuse}
+
 // ValidMounter reports whether m names a mounter.
 func ValidMounter(m string) bool {
-	return m == MounterKRBD || m == MounterNBD || m == MounterFuse
+	_, ok := CanonicalMounter(m)
+	return ok
+}
+
+// CanonicalMounter maps a mounter name, ceph-csi's included, to monoceph's.
+func CanonicalMounter(m string) (string, bool) {
+	switch m {
+	case MounterKRBD, MounterCephCSIKRBD:
+		return MounterKRBD, true
+	case MounterNBD, MounterFuse:
+		return m, true
+	}
+	return "", false
 }
 
 // Image is what a node needs to attach a volume.
 type Image struct {
-	ClusterID string
-	Pool      string
-	Namespace string
-	Name      string
-	Mounter   string
+	ClusterID        string
+	Pool             string
+	Namespace        string
+	Name             string
+	Mounter          string
+	TryOtherMounters bool
+	// Encrypted is read from ceph-csi's volume contexts only (monoceph never sets it).
+	Encrypted bool
 }
 
 // Map renders the image as a volume context.
 func (i Image) Map() map[string]string {
-	return map[string]string{
+	m := map[string]string{
 		ClusterID: i.ClusterID, Pool: i.Pool, RadosNamespace: i.Namespace, ImageName: i.Name, Mounter: i.Mounter,
 	}
+	if i.TryOtherMounters {
+		m[TryOtherMounters] = "true"
+	}
+	return m
 }
 
 // Parse reads a volume context; a missing or malformed key names itself in the error. The
@@ -78,8 +109,19 @@ func Parse(ctx map[string]string) (Image, error) {
 	if i.Mounter == "" {
 		i.Mounter = DefaultMounter
 	}
-	if !ValidMounter(i.Mounter) {
+	m, ok := CanonicalMounter(i.Mounter)
+	if !ok {
 		return Image{}, fmt.Errorf("volume_context[%q] = %q: want %s, %s or %s", Mounter, i.Mounter, MounterKRBD, MounterNBD, MounterFuse)
+	}
+	i.Mounter = m
+	for key, dst := range map[string]*bool{TryOtherMounters: &i.TryOtherMounters, Encrypted: &i.Encrypted} {
+		if v := ctx[key]; v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return Image{}, fmt.Errorf("volume_context[%q] = %q: want true or false", key, v)
+			}
+			*dst = b
+		}
 	}
 	return i, nil
 }

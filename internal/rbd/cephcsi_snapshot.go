@@ -1,0 +1,360 @@
+package rbd
+
+import (
+	"context"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/cephcsi"
+	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/klog/v2"
+)
+
+// Snapshots of ceph-csi volumes.
+//
+// A ceph-csi snapshot of volume image V is a clone image C (csi-snap-<uuid>) carrying one
+// snapshot of its own name, C@C; the point in time itself is a snapshot of V that was removed
+// right after the clone was cut, so it lives on in V's trash namespace for as long as C needs
+// it. Its journal entry csi.snap.<uuid> (csi.snapname, csi.imagename = C, csi.source = V) is
+// in V's pool and namespace, its handle names V's pool.
+//
+// monoceph snapshots ceph-csi volumes the same way: the snapshot is then a ceph-csi snapshot in
+// every respect, so restoring, deleting, listing and changed block queries have one model for
+// all snapshots of a ceph-csi volume, and the way back to ceph-csi keeps them.
+
+// features of the clone images of snapshots, as ceph-csi makes them: no object map (fast-diff
+// needs one per image, and the image is never written).
+var csiSnapshotFeatures = []string{"layering", "deep-flatten"}
+
+func (c *Controller) instance() string { return c.opts.CephCSIInstanceID }
+
+// createCSISnapshot snapshots ceph-csi volume src. Every step is checked before it is done, so
+// a retry after a crash anywhere finishes the same snapshot: reservation (directory key, then
+// entry), the point in time V@C, the clone C, V@C removed (into V's trash namespace), C@C.
+func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
+	name, srcID := req.GetName(), src.String()
+	what := "source volume " + srcID
+	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
+	if err != nil {
+		return nil, err
+	}
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateSnapshot", "rbd-snapshot-name:"+name, srcID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	loc, err := c.csiLocation(ctx, conn, src)
+	if err != nil {
+		return nil, orNotFound(err, what)
+	}
+	vol, err := c.csiEntry(ctx, loc, cephcsi.Volumes, src, what)
+	if err != nil {
+		return nil, err
+	}
+	if err := refuseEncrypted(vol, what); err != nil {
+		return nil, err
+	}
+	image := vol.ImageName()
+	// a missing source must not leave a reservation behind
+	if _, err := (origin{loc: loc, image: image, what: what}).size(ctx); err != nil {
+		return nil, err
+	}
+	e, _, err := cephcsi.Reserve(ctx, loc, cephcsi.Snapshots, c.instance(), name, func(id string) map[string]string {
+		attrs := map[string]string{cephcsi.KeyImageName: cephcsi.Snapshots.DefaultName(id), cephcsi.KeySource: image}
+		if ns := req.GetParameters()["csi.storage.k8s.io/volumesnapshot/namespace"]; ns != "" {
+			attrs[cephcsi.KeyOwner] = ns
+		}
+		return attrs
+	})
+	if err != nil {
+		return nil, err
+	}
+	if e.Attrs[cephcsi.KeySource] != image {
+		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for source image %q, not %q (%s)", name, e.Attrs[cephcsi.KeySource], image, srcID)
+	}
+	faultpoint.Hit("rbd.CreateCephCSISnapshot.reserved")
+	clone := e.ImageName()
+	res, err := radosop.WithConn(ctx, loc, "snapshot "+image, func(r *rados.Conn, io *rados.IOContext) (csiCut, error) {
+		return cutCSISnapshot(r, io, image, clone, c.opts.MaxCloneDepth)
+	})
+	if err != nil {
+		c.giveBackCSI(ctx, loc, e, err, clone)
+		return nil, err
+	}
+	if e.Attrs[cephcsi.KeyImageID] != res.id {
+		if err := cephcsi.SetAttrs(ctx, loc, e, map[string]string{cephcsi.KeyImageID: res.id}); err != nil {
+			return nil, err
+		}
+	}
+	id := cephcsi.Handle{ClusterID: src.ClusterID, LocationID: src.LocationID, UUID: e.UUID}
+	klog.FromContext(ctx).V(2).Info("ceph-csi snapshot ready", "snapshot", loc.String()+"/"+clone+"@"+clone, "source", image, "name", name)
+	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{
+		SnapshotId: id.String(), SourceVolumeId: srcID, SizeBytes: int64(res.size),
+		CreationTime: timestamppb.New(res.created), ReadyToUse: true,
+	}}, nil
+}
+
+// csiCut is what a finished ceph-csi snapshot reports.
+type csiCut struct {
+	size    uint64
+	created time.Time
+	id      string // the clone image's ID (csi.imageid)
+}
+
+// cutCSISnapshot makes (or finishes) the snapshot of image whose clone is named clone.
+func cutCSISnapshot(r *rados.Conn, io *rados.IOContext, image, clone string, maxDepth int) (csiCut, error) {
+	st, err := inspect(io, clone)
+	if err != nil {
+		return csiCut{}, err
+	}
+	if _, done := st.hasSnap(clone); st.exists && st.parent == nil && !done {
+		// librbd writes a clone's header before attaching its parent: a kill in between leaves
+		// an image that is no clone yet (a flattened snapshot image has its own snapshot)
+		if err := rbd.RemoveImage(io, clone); err != nil && !isNotFound(err) {
+			return csiCut{}, err
+		}
+		st.exists = false
+	}
+	if !st.exists {
+		src, err := inspect(io, image)
+		if err != nil {
+			return csiCut{}, err
+		}
+		if !src.exists {
+			return csiCut{}, controller.NotFoundf("source image %s does not exist", image)
+		}
+		if _, ok := src.hasSnap(clone); !ok {
+			img, err := rbd.OpenImage(io, image, rbd.NoSnapshot)
+			if err != nil {
+				return csiCut{}, err
+			}
+			_, err = img.CreateSnapshot(clone)
+			img.Close()
+			if err != nil {
+				return csiCut{}, err
+			}
+		}
+		faultpoint.Hit("rbd.CreateCephCSISnapshot.point")
+		opts, err := imageOptions(csiSnapshotFeatures, "")
+		if err != nil {
+			return csiCut{}, err
+		}
+		defer opts.Destroy()
+		if err := opts.SetUint64(rbd.ImageOptionCloneFormat, 2); err != nil {
+			return csiCut{}, err
+		}
+		if err := createOrRepair(io, clone, func() error { return rbd.CloneImage(io, image, clone, io, clone, opts) }); err != nil {
+			return csiCut{}, err
+		}
+		faultpoint.Hit("rbd.CreateCephCSISnapshot.cloned")
+	}
+	// the point in time moves to the source's trash namespace, where the clone keeps it
+	if err := removeSnapshot(io, image, clone); err != nil {
+		return csiCut{}, err
+	}
+	img, err := rbd.OpenImage(io, clone, rbd.NoSnapshot)
+	if err != nil {
+		return csiCut{}, err
+	}
+	defer img.Close()
+	snap, ok := st.hasSnap(clone)
+	if !ok {
+		if _, err := img.CreateSnapshot(clone); err != nil {
+			return csiCut{}, err
+		}
+		if snap, err = userSnap(img, clone); err != nil {
+			return csiCut{}, err
+		}
+	}
+	faultpoint.Hit("rbd.CreateCephCSISnapshot.cut")
+	if n, err := depth(r, io, clone, maxDepth); err != nil {
+		return csiCut{}, err
+	} else if n > maxDepth {
+		if err := img.Flatten(); err != nil {
+			return csiCut{}, err
+		}
+	}
+	ts, err := img.GetCreateTimestamp()
+	if err != nil {
+		return csiCut{}, err
+	}
+	id, err := img.GetId()
+	if err != nil {
+		return csiCut{}, err
+	}
+	return csiCut{size: snap.Size, created: time.Unix(ts.Sec, ts.Nsec), id: id}, nil
+}
+
+// userSnap finds a snapshot of img by name.
+func userSnap(img *rbd.Image, name string) (rbd.SnapInfo, error) {
+	snaps, err := img.GetSnapshotNames()
+	if err != nil {
+		return rbd.SnapInfo{}, err
+	}
+	for _, s := range snaps {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return rbd.SnapInfo{}, controller.NotFoundf("snapshot %s vanished", name)
+}
+
+// giveBackCSI releases the reservation of a snapshot whose creation failed for good, unless
+// its clone image exists (then a retry or a delete takes it from there).
+func (c *Controller) giveBackCSI(ctx context.Context, loc radosop.Location, e *cephcsi.Entry, cause error, clone string) {
+	if !controller.Permanent(cause) {
+		return
+	}
+	log := klog.FromContext(ctx)
+	made, err := radosop.With(ctx, loc, "inspect remains of "+e.Name, func(io *rados.IOContext) (bool, error) {
+		st, err := inspect(io, clone)
+		return st.exists, err
+	})
+	if err != nil || made {
+		log.V(2).Info("Keeping the reservation of a failed snapshot", "name", e.Name, "remains", made, "err", err)
+		return
+	}
+	if err := cephcsi.Release(ctx, loc, c.instance(), e); err != nil {
+		log.Error(err, "Could not give back the reservation of a failed snapshot", "name", e.Name)
+	}
+}
+
+// deleteCSISnapshot removes a ceph-csi snapshot: C@C (into C's trash namespace when volumes
+// were restored from it), then C (into the RBD trash while those volumes need it; their
+// deletion purges it), then the journal entry. Nothing left is success.
+func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h cephcsi.Handle) (*csi.DeleteSnapshotResponse, error) {
+	raw := h.String()
+	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	if err != nil {
+		return nil, err
+	}
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteSnapshot", raw)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	conn, err := c.Connect(ctx, cl, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	loc, err := c.csiLocation(ctx, conn, h)
+	if isNotFound(err) {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	e, err := cephcsi.Read(ctx, loc, cephcsi.Snapshots, h.UUID)
+	if err != nil {
+		return nil, err
+	}
+	if e == nil {
+		return &csi.DeleteSnapshotResponse{}, nil
+	}
+	clone := e.ImageName()
+	if _, err := radosop.WithConn(ctx, loc, "delete snapshot image "+clone, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
+		return struct{}{}, deleteCSIImage(r, io, loc, clone)
+	}); err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("rbd.DeleteCephCSISnapshot.removed")
+	if err := cephcsi.Release(ctx, loc, c.instance(), e); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("ceph-csi snapshot deleted", "snapshot", raw, "image", loc.String()+"/"+clone)
+	return &csi.DeleteSnapshotResponse{}, nil
+}
+
+// listCSIAt lists the ceph-csi snapshots in the pool a handle names.
+func (c *Controller) listCSIAt(ctx context.Context, h cephcsi.Handle, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	cl, err := c.Clusters.Cluster(h.ClusterID)
+	if err != nil {
+		return nil, nil
+	}
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	loc, err := c.csiLocation(ctx, conn, h)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.csiSnapshotsIn(ctx, loc, h.ClusterID, h.LocationID, keep)
+}
+
+// csiSnapshotsIn lists ceph-csi's snapshot journal at loc. ceph-csi itself offers no
+// ListSnapshots; what it would have answered is rebuilt from the journal and the clone
+// images: the source volume's handle from csi.source (same cluster and pool, the UUID its
+// name ends in), size and creation time from the clone. Entries whose clone is gone (a
+// creation in progress) are left out.
+func (c *Controller) csiSnapshotsIn(ctx context.Context, loc radosop.Location, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	entries, err := cephcsi.List(ctx, loc, cephcsi.Snapshots, c.instance())
+	if err != nil || len(entries) == 0 {
+		return nil, err
+	}
+	return radosop.With(ctx, loc, "inspect ceph-csi snapshots", func(io *rados.IOContext) ([]*csi.Snapshot, error) {
+		var out []*csi.Snapshot
+		for _, e := range entries {
+			s, ok, err := csiSnapshot(io, clusterID, poolID, e)
+			if err != nil {
+				return nil, err
+			}
+			if ok && (keep == nil || keep(s)) {
+				out = append(out, s)
+			}
+		}
+		return out, nil
+	})
+}
+
+// csiSnapshot describes one ceph-csi snapshot; ok is false when its clone image or the
+// clone's snapshot does not exist.
+func csiSnapshot(io *rados.IOContext, clusterID string, poolID int64, e *cephcsi.Entry) (*csi.Snapshot, bool, error) {
+	clone := e.ImageName()
+	img, err := rbd.OpenImageReadOnly(io, clone, rbd.NoSnapshot)
+	if isNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer img.Close()
+	snap, err := userSnap(img, clone)
+	if status.Code(err) == codes.NotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	ts, err := img.GetCreateTimestamp()
+	if err != nil {
+		return nil, false, err
+	}
+	s := &csi.Snapshot{
+		SnapshotId:   cephcsi.Handle{ClusterID: clusterID, LocationID: poolID, UUID: e.UUID}.String(),
+		SizeBytes:    int64(snap.Size),
+		CreationTime: timestamppb.New(time.Unix(ts.Sec, ts.Nsec)),
+		ReadyToUse:   true,
+	}
+	if u := cephcsi.UUIDOf(e.Attrs[cephcsi.KeySource]); u != "" {
+		s.SourceVolumeId = cephcsi.Handle{ClusterID: clusterID, LocationID: poolID, UUID: u}.String()
+	}
+	return s, true, nil
+}
