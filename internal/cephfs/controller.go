@@ -8,6 +8,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/server"
@@ -29,6 +30,9 @@ type Options struct {
 	// CloneWait is how long CreateVolume waits for a clone to finish before answering
 	// ABORTED (the CO retries); 0 means DefaultCloneWait.
 	CloneWait time.Duration
+	// CephCSIInstanceID is the --instanceid of the ceph-csi deployment whose volumes this
+	// controller took over: the suffix of its journal's directory objects.
+	CephCSIInstanceID string
 }
 
 // Controller is the CSI Controller service for CephFS.
@@ -54,7 +58,10 @@ func NewController(o Options) *Controller {
 	if o.CloneWait <= 0 {
 		o.CloneWait = DefaultCloneWait
 	}
-	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, Users: controller.NewClassUsers()}, opts: o, groups: map[string]bool{}, mgr: cephMgr{}}
+	if o.CephCSIInstanceID == "" {
+		o.CephCSIInstanceID = cephcsi.DefaultInstanceID
+	}
+	return &Controller{Base: controller.Base{Clusters: o.Clusters, Pool: o.Pool, SecretOrder: ceph.AdminFirst, Users: controller.NewClassUsers()}, opts: o, groups: map[string]bool{}, mgr: cephMgr{}}
 }
 
 // Every access mode works on a shared filesystem; there is no raw block CephFS volume.

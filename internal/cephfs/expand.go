@@ -9,7 +9,6 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/journal"
-	"github.com/monoceph/monoceph/internal/volcap"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -54,6 +53,9 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	defer unlock()
+	if id, err := parseVolumeID(raw); err == nil && id.csi != nil {
+		return c.expandCSIVolume(ctx, req, *id.csi, size)
+	}
 	s, rec, err := c.openVolume(ctx, raw, req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -81,6 +83,9 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err := controller.CheckValidate(req); err != nil {
 		return nil, err
 	}
+	if id, err := parseVolumeID(req.GetVolumeId()); err == nil && id.csi != nil {
+		return c.validateCSIVolume(ctx, req, *id.csi)
+	}
 	s, rec, err := c.openVolume(ctx, req.GetVolumeId(), req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -94,15 +99,7 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 			return nil, ceph.Wrap("get path", err)
 		}
 	}
-	if reason := support.Check(req.GetVolumeCapabilities()); reason != "" {
-		return &csi.ValidateVolumeCapabilitiesResponse{Message: reason}, nil
-	}
-	if rec.Attrs[attrKind] == kindShallow && !volcap.ReadOnly(req.GetVolumeCapabilities()) {
-		return &csi.ValidateVolumeCapabilitiesResponse{Message: "a shallow volume is read-only: only *_READER_ONLY access modes"}, nil
-	}
-	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
-		VolumeContext: req.GetVolumeContext(), VolumeCapabilities: req.GetVolumeCapabilities(), Parameters: req.GetParameters(),
-	}}, nil
+	return confirm(req, rec.Attrs[attrKind] == kindShallow), nil
 }
 
 // GetCapacity reports max_avail of the filesystem's first data pool (or the pool parameter),

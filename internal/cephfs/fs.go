@@ -121,6 +121,9 @@ type site struct {
 	fs        filesystem
 	admin     *admin.FSAdmin
 	namespace string
+	// group is the cluster map's subvolume group: where ceph-csi's volumes are (ceph-csi takes
+	// the group from the same key of its config.json)
+	group string
 }
 
 func (s site) journal() journal.Location { return journalAt(s.conn, s.fs, s.namespace) }
@@ -150,7 +153,8 @@ func (c *Controller) openSite(ctx context.Context, cl v1.Cluster, secrets map[st
 		conn.Release()
 		return site{}, err
 	}
-	return site{conn: conn, mgr: mgr, fs: fs, admin: admin.NewFromConn(ceph.NewCommander(ctx, mgr)), namespace: journalNamespace(cl)}, nil
+	return site{conn: conn, mgr: mgr, fs: fs, admin: admin.NewFromConn(ceph.NewCommander(ctx, mgr)), namespace: journalNamespace(cl),
+		group: cl.SubvolumeGroupOrDefault()}, nil
 }
 
 func isNotFound(err error) bool { return ceph.Is(err, ceph.ErrNotFound) }

@@ -100,6 +100,9 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	defer unlock()
+	if id, err := parseVolumeID(raw); err == nil && id.csi != nil {
+		return c.modifyCSIVolume(ctx, req, *id.csi, want)
+	}
 	s, rec, err := c.openVolume(ctx, raw, req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -156,6 +159,20 @@ func (c *Controller) applyPins(ctx context.Context, s site, rec *journal.Record,
 		return status.Errorf(codes.InvalidArgument, "mutable_parameters: volume %q is a shallow read-only volume of a snapshot; it has no subvolume to pin", rec.Name)
 	}
 	sub, group := subvolumeName(rec.UID), rec.Attrs[attrGroup]
+	if err := setPins(ctx, s, group, sub, want); err != nil {
+		return err
+	}
+	rec.Attrs[attrPins] = want.String()
+	if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
+		return err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume pins set", "subvolume", s.fs.Name+"/"+group+"/"+sub, "pins", want.String())
+	return nil
+}
+
+// setPins sets all three pin policies of a subvolume (they are independent: setting one does
+// not clear the others).
+func setPins(ctx context.Context, s site, group, sub string, want pins) error {
 	for _, pin := range []struct{ typ, setting string }{
 		{"export", strconv.FormatInt(want.export, 10)},
 		{"distributed", map[bool]string{true: "1", false: "0"}[want.distributed]},
@@ -165,11 +182,6 @@ func (c *Controller) applyPins(ctx context.Context, s site, rec *journal.Record,
 			return err
 		}
 	}
-	rec.Attrs[attrPins] = want.String()
-	if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).V(2).Info("Volume pins set", "subvolume", s.fs.Name+"/"+group+"/"+sub, "pins", want.String())
 	return nil
 }
 

@@ -36,8 +36,12 @@ type volumeParams struct {
 }
 
 func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error)) (volumeParams, error) {
-	if err := controller.UnknownParams(p, paramClusterID, paramFSName, paramSubvolumeGroup, paramPool, paramMounter,
-		paramKernelMountOptions, paramFuseMountOptions, paramBackingSnapshot); err != nil {
+	if err := controller.CephCSIParams(p, cephCSIFSParams); err != nil {
+		return volumeParams{}, err
+	}
+	known := []string{paramClusterID, paramFSName, paramSubvolumeGroup, paramPool, paramMounter,
+		paramKernelMountOptions, paramFuseMountOptions, paramBackingSnapshot}
+	if err := controller.UnknownParams(p, append(known, cephCSIFSParams.Keys()...)...); err != nil {
 		return volumeParams{}, err
 	}
 	v := volumeParams{ClusterID: p[paramClusterID], FSName: p[paramFSName], Group: p[paramSubvolumeGroup], Pool: p[paramPool],
@@ -69,4 +73,12 @@ func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error))
 		v.Group = cluster.SubvolumeGroupOrDefault()
 	}
 	return v, nil
+}
+
+// cephCSIFSParams are ceph-csi's CephFS StorageClass keys beyond the ones monoceph shares with
+// it (see controller.CephCSIParams).
+var cephCSIFSParams = controller.CephCSIKeys{
+	"volumeNamePrefix": controller.OnlyValue("csi-vol-", "custom subvolume name prefixes"),
+	"encrypted":        controller.NotTrue("encryption"),
+	"encryptionKMSID":  controller.Ignored, // only read with encrypted: "true"
 }

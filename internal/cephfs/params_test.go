@@ -78,6 +78,18 @@ func TestValidateCreateParams(t *testing.T) {
 		{"bad mounter", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("mounter", "nfs")}, "mounter", nil},
 		{"kernel options with a space", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("kernelMountOptions", "ro, secretfile=/x")}, "kernelMountOptions", nil},
 		{"bad backingSnapshot", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("backingSnapshot", "maybe")}, "backingSnapshot", nil},
+		// ceph-csi's keys: accepted where they agree, refused naming the feature
+		{"ceph-csi class as written", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx,
+			Parameters: p("volumeNamePrefix", "csi-vol-", "encrypted", "false", "encryptionKMSID", "vault", "mounter", "fuse")}, "", func(t *testing.T, r request) {}},
+		{"ceph-csi shallow volume from a ceph-csi snapshot", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rox, Parameters: p(),
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{
+				SnapshotId: "0001-0001-c-0000000000000001-c050fde3-2a93-4a45-900c-96bcc96c6b40"}}}}, "", func(t *testing.T, r request) {
+			if !r.shallow || r.src.Snap == nil || r.src.Snap.csi == nil {
+				t.Errorf("a ceph-csi snapshot source: %+v shallow %v", r.src, r.shallow)
+			}
+		}},
+		{"encrypted", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("encrypted", "true")}, "encryption", nil},
+		{"name prefix", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("volumeNamePrefix", "k8s-")}, "volumeNamePrefix", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -104,7 +116,7 @@ func TestCompatibleRequest(t *testing.T) {
 	req := func(required, limit int64) *csi.CreateVolumeRequest {
 		return &csi.CreateVolumeRequest{Name: "v", CapacityRange: &csi.CapacityRange{RequiredBytes: required, LimitBytes: limit}}
 	}
-	snap := source{Snap: &volid.CephFSSnapshot{CephFSVolume: volid.CephFSVolume{ClusterID: "c", FSCID: 1, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}
+	snap := source{Snap: &snapshotID{mono: volid.CephFSSnapshot{CephFSVolume: volid.CephFSVolume{ClusterID: "c", FSCID: 1, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}}
 	tests := []struct {
 		name string
 		req  *csi.CreateVolumeRequest

@@ -7,6 +7,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
@@ -29,11 +30,15 @@ const (
 	attrSnapUID     = "snapUID"
 	attrSnapshot    = "snapshot"
 	attrBackingSize = "snapSize"
+	// attrBackingHandle is the handle of a ceph-csi snapshot backing the volume, whose
+	// tracker is ceph-csi's (see cephcsi_snapshot.go)
+	attrBackingHandle = "cephcsiSnapshot"
 )
 
 // backing is the Ceph snapshot behind a shallow volume.
 type backing struct {
-	snapUID   string // also the reference tracker's ID
+	snapUID   string // also the reference tracker's ID (monoceph's snapshots)
+	csi       string // the snapshot's handle (ceph-csi's snapshots; snapUID is then empty)
 	group     string
 	subvolume string
 	snapshot  string
@@ -43,16 +48,31 @@ type backing struct {
 
 func backingFromShallow(rec *journal.Record) backing {
 	size, _ := strconv.ParseInt(rec.Attrs[attrBackingSize], 10, 64)
-	return backing{snapUID: rec.Attrs[attrSnapUID], group: rec.Attrs[attrGroup], subvolume: rec.Attrs[attrSrcSubvolume],
-		snapshot: rec.Attrs[attrSnapshot], rootPath: rec.Attrs[attrRootPath], size: size}
+	return backing{snapUID: rec.Attrs[attrSnapUID], csi: rec.Attrs[attrBackingHandle], group: rec.Attrs[attrGroup],
+		subvolume: rec.Attrs[attrSrcSubvolume], snapshot: rec.Attrs[attrSnapshot], rootPath: rec.Attrs[attrRootPath], size: size}
 }
 
 // backingOf resolves the snapshot a shallow volume would expose: the source snapshot, or the
 // backing snapshot of a shallow source volume. A regular source volume cannot back a shallow
 // volume (there is no snapshot to expose).
 func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing, error) {
+	switch {
+	case src.Snap != nil && src.Snap.csi != nil:
+		return c.csiBacking(ctx, s, src.Snap.csi.String(), "source snapshot "+src.Snap.String())
+	case src.Vol != nil && src.Vol.csi != nil:
+		what := "source volume " + src.Vol.String()
+		e, err := c.csiVolume(ctx, s, *src.Vol.csi, what)
+		if err != nil {
+			return backing{}, err
+		}
+		snap := e.Attrs[cephcsi.KeyBackingSnapshot]
+		if snap == "" {
+			return backing{}, notShallowSource(src.Vol.String())
+		}
+		return c.csiBacking(ctx, s, snap, what)
+	}
 	if src.Vol != nil {
-		rec, err := journal.Get(ctx, s.journal(), journal.Volume, src.Vol.UID)
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, src.Vol.mono.UID)
 		if err != nil {
 			return backing{}, err
 		}
@@ -60,13 +80,11 @@ func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing
 			return backing{}, controller.NotFoundf("source volume %q does not exist", src.Vol.String())
 		}
 		if rec.Attrs[attrKind] != kindShallow {
-			return backing{}, status.Errorf(codes.InvalidArgument,
-				"volume_content_source: a read-only volume from regular volume %q would be shallow, which needs a snapshot: use a snapshot source, or parameters[%q]=\"false\" for a full copy",
-				src.Vol.String(), paramBackingSnapshot)
+			return backing{}, notShallowSource(src.Vol.String())
 		}
 		return backingFromShallow(rec), nil
 	}
-	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, src.Snap.SnapUID)
+	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, src.Snap.mono.SnapUID)
 	if err != nil {
 		return backing{}, err
 	}
@@ -78,12 +96,19 @@ func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing
 		snapshot: snapName(rec.UID), rootPath: rec.Attrs[attrRootPath], size: size}, nil
 }
 
+func notShallowSource(id string) error {
+	return status.Errorf(codes.InvalidArgument,
+		"volume_content_source: a read-only volume from regular volume %q would be shallow, which needs a snapshot: use a snapshot source, or parameters[%q]=\"false\" for a full copy",
+		id, paramBackingSnapshot)
+}
+
 // createShallow makes a read-only volume that exposes a snapshot: a reservation and a
 // reference in the snapshot's tracker, no subvolume and no data copied.
 func (c *Controller) createShallow(ctx context.Context, s site, r request, b backing) (*csi.CreateVolumeResponse, error) {
 	rec, created, err := journal.Reserve(ctx, s.journal(), journal.Volume, r.req.GetName(), map[string]string{
 		attrKind: kindShallow, attrSource: r.src.String(), attrSize: "0", attrSnapUID: b.snapUID, attrGroup: b.group,
 		attrSrcSubvolume: b.subvolume, attrSnapshot: b.snapshot, attrRootPath: b.rootPath, attrBackingSize: strconv.FormatInt(b.size, 10),
+		attrBackingHandle: b.csi,
 	})
 	if err != nil {
 		return nil, err
@@ -107,13 +132,7 @@ func (c *Controller) createShallow(ctx context.Context, s site, r request, b bac
 		return resp, nil
 	}
 	faultpoint.Hit("cephfs.CreateVolume.shallow-reserved")
-	loc := s.journal()
-	// a snapshot cut before trackers existed has none: the first shallow volume creates it,
-	// with the snapshot's own reference too
-	if _, err := reftracker.Add(ctx, loc, b.snapUID, volumeRef(rec.UID), snapshotRef); err != nil {
-		if errors.Is(err, reftracker.ErrGone) {
-			return nil, c.abandonShallow(ctx, s, rec, b, "its snapshot is being deleted")
-		}
+	if err := c.addShallowRef(ctx, s, rec, b); err != nil {
 		return nil, err
 	}
 	faultpoint.Hit("cephfs.CreateVolume.shallow-referenced")
@@ -133,10 +152,54 @@ func (c *Controller) createShallow(ctx context.Context, s site, r request, b bac
 	return resp, nil
 }
 
+// addShallowRef adds a shallow volume's reference to its snapshot's tracker.
+func (c *Controller) addShallowRef(ctx context.Context, s site, rec *journal.Record, b backing) error {
+	loc := s.journal()
+	if b.csi != "" {
+		// ceph-csi's own shallow volumes add both, so a first one initialises the tracker with
+		// the snapshot's reference; a masked one means the CSI snapshot was deleted meanwhile
+		t, err := cephcsi.TrackerAdd(ctx, loc, cephcsi.TrackerName(b.csi), b.csi, subvolumeName(rec.UID))
+		if err != nil {
+			return err
+		}
+		if t.Refs[b.csi] == cephcsi.RefMask {
+			return c.abandonShallow(ctx, s, rec, b, "its snapshot is being deleted")
+		}
+		return nil
+	}
+	// a snapshot cut before trackers existed has none: the first shallow volume creates it,
+	// with the snapshot's own reference too
+	if _, err := reftracker.Add(ctx, loc, b.snapUID, volumeRef(rec.UID), snapshotRef); err != nil {
+		if errors.Is(err, reftracker.ErrGone) {
+			return c.abandonShallow(ctx, s, rec, b, "its snapshot is being deleted")
+		}
+		return err
+	}
+	return nil
+}
+
 // abandonShallow rolls a shallow create back (reference, an orphaned tracker, reservation) and
 // answers NOT_FOUND.
 func (c *Controller) abandonShallow(ctx context.Context, s site, rec *journal.Record, b backing, why string) error {
 	loc := s.journal()
+	if b.csi != "" {
+		// the snapshot is gone or CSI-deleted: its own reference goes with ours, and whoever
+		// leaves the tracker empty removes the snapshot
+		t, err := cephcsi.TrackerRemove(ctx, loc, cephcsi.TrackerName(b.csi),
+			map[string]cephcsi.RefType{subvolumeName(rec.UID): cephcsi.RefNormal, b.csi: cephcsi.RefNormal})
+		if err != nil {
+			return err
+		}
+		if !t.Exists {
+			if err := c.unrefCSISnapshot(ctx, s, b.csi, subvolumeName(rec.UID)); err != nil {
+				return err
+			}
+		}
+		if err := journal.ReleaseRecord(ctx, loc, journal.Volume, rec); err != nil {
+			return err
+		}
+		return controller.NotFoundf("cannot create shallow volume %q: %s", rec.Name, why)
+	}
 	if _, err := reftracker.Remove(ctx, loc, b.snapUID, volumeRef(rec.UID)); err != nil {
 		return err
 	}
@@ -155,6 +218,9 @@ func (c *Controller) abandonShallow(ctx context.Context, s site, rec *journal.Re
 // snapshot takes the Ceph snapshot and the tracker with it.
 func (c *Controller) deleteShallow(ctx context.Context, s site, rec *journal.Record, volumeID string) error {
 	b := backingFromShallow(rec)
+	if b.csi != "" {
+		return c.unrefCSISnapshot(ctx, s, b.csi, subvolumeName(rec.UID))
+	}
 	st, err := reftracker.Remove(ctx, s.journal(), b.snapUID, volumeRef(rec.UID))
 	if err != nil {
 		return err

@@ -33,14 +33,21 @@ const (
 // CreateSnapshot snapshots the subvolume. Pacific's snapshot info has no size, so the size is
 // the volume's quota when the snapshot is cut: what a restore needs.
 func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
-	if err := controller.CheckCreateSnapshot(req); err != nil {
+	if err := controller.CheckCreateSnapshot(req, paramFSName); err != nil {
 		return nil, err
 	}
 	name, srcID := req.GetName(), req.GetSourceVolumeId()
-	src, err := volid.ParseCephFSVolume(srcID)
+	sid, err := parseVolumeID(srcID)
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
+	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.clusterID()); err != nil {
+		return nil, err
+	}
+	if sid.csi != nil {
+		return c.createCSISnapshot(ctx, req, *sid.csi)
+	}
+	src := sid.mono
 	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
@@ -55,6 +62,9 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer s.release()
+	if err := checkSnapshotFS(req.GetParameters(), s); err != nil {
+		return nil, err
+	}
 	vol, err := journal.Get(ctx, s.journal(), journal.Volume, src.UID)
 	if err != nil {
 		return nil, err
@@ -150,10 +160,14 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if raw == "" {
 		return nil, status.Error(codes.InvalidArgument, "snapshot_id is missing")
 	}
-	id, err := volid.ParseCephFSSnapshot(raw)
+	sid, err := parseSnapshotID(raw)
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
+	if sid.csi != nil {
+		return c.deleteCSISnapshot(ctx, req, *sid.csi)
+	}
+	id := sid.mono
 	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
 	if err != nil {
 		return nil, err
@@ -208,20 +222,20 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 	var err error
 	switch {
 	case req.GetSnapshotId() != "":
-		id, perr := volid.ParseCephFSSnapshot(req.GetSnapshotId())
+		id, perr := parseSnapshotID(req.GetSnapshotId())
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listIn(ctx, id.ClusterID, id.FSCID, req.GetSecrets(), func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
+		all, err = c.listIn(ctx, id.clusterID(), id.fscid(), req.GetSecrets(), id.csi != nil, func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
 	case req.GetSourceVolumeId() != "":
-		v, perr := volid.ParseCephFSVolume(req.GetSourceVolumeId())
+		v, perr := parseVolumeID(req.GetSourceVolumeId())
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listIn(ctx, v.ClusterID, v.FSCID, req.GetSecrets(), func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
+		all, err = c.listIn(ctx, v.clusterID(), v.fscid(), req.GetSecrets(), v.csi != nil, func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
 	default:
 		for _, cl := range c.Clusters.Map() {
-			found, lerr := c.listIn(ctx, cl.ClusterID, -1, req.GetSecrets(), nil)
+			found, lerr := c.listIn(ctx, cl.ClusterID, -1, req.GetSecrets(), true, nil)
 			if lerr != nil {
 				return nil, lerr
 			}
@@ -232,13 +246,14 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		return nil, err
 	}
 	return controller.Page(all, req.GetStartingToken(), req.GetMaxEntries(), func(tok string) bool {
-		_, err := volid.ParseCephFSSnapshot(tok)
+		_, err := parseSnapshotID(tok)
 		return err == nil
 	})
 }
 
-// listIn lists the snapshots of one filesystem (fscid >= 0) or of all of a cluster's.
-func (c *Controller) listIn(ctx context.Context, clusterID string, fscid int64, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+// listIn lists the snapshots of one filesystem (fscid >= 0) or of all of a cluster's; with
+// cephCSI, ceph-csi's too.
+func (c *Controller) listIn(ctx context.Context, clusterID string, fscid int64, secrets map[string]string, cephCSI bool, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
 	cl, err := c.Clusters.Cluster(clusterID)
 	if err != nil {
 		return nil, nil
@@ -270,6 +285,13 @@ func (c *Controller) listIn(ctx context.Context, clusterID string, fscid int64, 
 			if ok && (keep == nil || keep(snap)) {
 				out = append(out, snap)
 			}
+		}
+		if cephCSI {
+			found, err := c.listCSIIn(ctx, cl, conn, fs, secrets, keep)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, found...)
 		}
 	}
 	return out, nil

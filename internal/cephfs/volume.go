@@ -52,22 +52,27 @@ const (
 	kindShallow   = "shallow"
 )
 
-// source is a decoded volume_content_source.
-type source = controller.Source[volid.CephFSSnapshot, volid.CephFSVolume]
+// source is a decoded volume_content_source: IDs of either format.
+type source = controller.Source[snapshotID, volumeID]
 
 // sourceIDs is the cluster and filesystem a source is on ("", -1 for none).
 func sourceIDs(s source) (clusterID string, fscid int64) {
 	switch {
 	case s.Snap != nil:
-		return s.Snap.ClusterID, s.Snap.FSCID
+		return s.Snap.clusterID(), s.Snap.fscid()
 	case s.Vol != nil:
-		return s.Vol.ClusterID, s.Vol.FSCID
+		return s.Vol.clusterID(), s.Vol.fscid()
 	}
 	return "", -1
 }
 
+// fromCephCSI reports whether a source is a ceph-csi volume or snapshot.
+func fromCephCSI(s source) bool {
+	return s.Snap != nil && s.Snap.csi != nil || s.Vol != nil && s.Vol.csi != nil
+}
+
 func parseSource(cs *csi.VolumeContentSource) (source, error) {
-	return controller.ParseSource(cs, volid.ParseCephFSSnapshot, volid.ParseCephFSVolume)
+	return controller.ParseSource(cs, parseSnapshotID, parseVolumeID)
 }
 
 // request is a validated CreateVolume.
@@ -296,8 +301,17 @@ type sourceInfo struct {
 // checkSource verifies the content source exists and fits, before anything is reserved.
 func (c *Controller) checkSource(ctx context.Context, s site, r request) (sourceInfo, error) {
 	switch {
+	case fromCephCSI(r.src):
+		info, err := c.csiSource(ctx, s, r.src)
+		if err != nil {
+			return sourceInfo{}, err
+		}
+		if info.size > r.size {
+			return sourceInfo{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", r.size, r.src.String(), info.size)
+		}
+		return info, nil
 	case r.src.Snap != nil:
-		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.Snap.SnapUID)
+		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.Snap.mono.SnapUID)
 		if err != nil {
 			return sourceInfo{}, err
 		}
@@ -310,7 +324,7 @@ func (c *Controller) checkSource(ctx context.Context, s site, r request) (source
 		}
 		return sourceInfo{group: rec.Attrs[attrGroup], subvolume: rec.Attrs[attrSubvolume], snapshot: snapName(rec.UID), size: size}, nil
 	case r.src.Vol != nil:
-		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.Vol.UID)
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.Vol.mono.UID)
 		if err != nil {
 			return sourceInfo{}, err
 		}
@@ -420,10 +434,14 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if raw == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
 	}
-	id, err := volid.ParseCephFSVolume(raw)
+	vid, err := parseVolumeID(raw)
 	if err != nil {
 		return &csi.DeleteVolumeResponse{}, nil // names no volume: already deleted
 	}
+	if vid.csi != nil {
+		return c.deleteCSIVolume(ctx, req, *vid.csi)
+	}
+	id := vid.mono
 	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
@@ -465,10 +483,8 @@ func removeSubvolume(s site, rec *journal.Record) error {
 	// a clone that never completed may still be copying (it cannot be removed until stopped),
 	// and its PVC-PVC transient snapshot may still be on the source; a ready volume has neither
 	if rec.Attrs[attrSource] != "" && rec.Attrs[attrState] != stateReady {
-		if st, err := s.admin.CloneStatus(fs, group, name); err == nil && (st.State == admin.ClonePending || st.State == admin.CloneInProgress) {
-			if err := s.admin.CancelClone(fs, group, name); err != nil && !isNotFound(err) {
-				return ceph.Wrap("cancel clone "+name, err)
-			}
+		if err := cancelClone(s, group, name); err != nil {
+			return err
 		}
 		if sub := rec.Attrs[attrSrcSubvolume]; sub != "" {
 			err := s.admin.RemoveSubVolumeSnapshot(fs, rec.Attrs[attrSrcGroup], sub, cloneSnap(rec.UID))
@@ -477,6 +493,25 @@ func removeSubvolume(s site, rec *journal.Record) error {
 			}
 		}
 	}
+	return removeSubvolumeRetaining(s, group, name)
+}
+
+// cancelClone stops a clone that is still copying into subvolume name: it cannot be removed
+// until then.
+func cancelClone(s site, group, name string) error {
+	st, err := s.admin.CloneStatus(s.fs.Name, group, name)
+	if err == nil && (st.State == admin.ClonePending || st.State == admin.CloneInProgress) {
+		if err := s.admin.CancelClone(s.fs.Name, group, name); err != nil && !isNotFound(err) {
+			return ceph.Wrap("cancel clone "+name, err)
+		}
+	}
+	return nil
+}
+
+// removeSubvolumeRetaining removes a subvolume, keeping its snapshots (they stay usable; Ceph
+// purges the subvolume with the last of them); a missing one is success.
+func removeSubvolumeRetaining(s site, group, name string) error {
+	fs := s.fs.Name
 	err := s.admin.RemoveSubVolumeWithFlags(fs, group, name, admin.SubVolRmFlags{})
 	if ceph.Is(err, ceph.ErrNotEmpty) {
 		// snapshots (CSI ones, or a transient one a running clone copies from) must survive:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/clustermap"
@@ -35,6 +36,10 @@ type Options struct {
 	Timeout time.Duration
 	// RecoverBackoff paces Recover's retries (zero: DefaultRecoverBackoff).
 	RecoverBackoff wait.Backoff
+	// ResolveCephCSIShallow returns the snapshot one of ceph-csi's shallow volumes exposes,
+	// read from ceph-csi's journal with the stage request's credentials (the volume context
+	// ceph-csi gave such a volume does not name it). Nil: such volumes cannot be staged.
+	ResolveCephCSIShallow func(ctx context.Context, clusterID, volumeID string, cred ceph.Credentials) (string, error)
 }
 
 // DefaultTimeout is Options.Timeout when unset.

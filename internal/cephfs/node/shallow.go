@@ -27,6 +27,11 @@ import (
 // A root path the driver did not create (a pre-provisioned volume, whose credentials may only
 // reach that directory) is mounted as it is; its snapshot is .snap/<snapshot>, or the one
 // inherited one named _<snapshot>_<inode>.
+//
+// A root path that is a subvolume's base directory, /volumes/<group>/<subvolume>, comes from a
+// snapshot whose subvolume's own path is no longer known: ceph-csi's shallow volumes give only
+// that, and a subvolume removed with retained snapshots has none. The base directory is
+// mounted, and the snapshot's one directory in .snap/<snapshot>/ is the subvolume's.
 
 // subvolumePath is the shape of the root path of a subvolume the driver created.
 var subvolumePath = regexp.MustCompile(`^/volumes/[^/]+/[^/]+/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -38,11 +43,16 @@ type layout struct {
 	snapshotDir string // "" for a regular volume
 	// inherited: the snapshot may show under CephFS's _<snapshot>_<inode> name
 	inherited bool
+	// findUUID: snapshotDir is .snap/<snapshot>, whose one directory is the subvolume's
+	findUUID bool
 }
 
 func volumeLayout(v volumecontext.Volume) layout {
 	if !v.Shallow {
 		return layout{mountedPath: v.RootPath}
+	}
+	if volumecontext.SubvolumeBase(v.RootPath) {
+		return layout{mountedPath: v.RootPath, snapshotDir: path.Join(".snap", v.SnapshotName), findUUID: true}
 	}
 	if subvolumePath.MatchString(v.RootPath) {
 		return layout{
@@ -58,6 +68,9 @@ func volumeLayout(v volumecontext.Volume) layout {
 // snapshot (or the subvolume's directory in it) does not exist, INVALID_ARGUMENT when the name
 // matches more than one inherited snapshot.
 func resolveSnapshotDir(stagingPath string, l layout, snapshot string) (string, error) {
+	if l.findUUID {
+		return onlyDirectory(stagingPath, l.snapshotDir)
+	}
 	if err := isDir(filepath.Join(stagingPath, l.snapshotDir)); err == nil {
 		return l.snapshotDir, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -90,6 +103,29 @@ func resolveSnapshotDir(stagingPath string, l layout, snapshot string) (string, 
 	}
 	return "", status.Errorf(codes.InvalidArgument, "snapshot name %q is ambiguous in %s: it matches %s (snapshots of different ancestors)",
 		snapshot, snapDir, strings.Join(found, ", "))
+}
+
+// onlyDirectory finds the subvolume's directory in a snapshot of its base directory: the one
+// directory there (the volumes module keeps its metadata in a file beside it).
+func onlyDirectory(stagingPath, snapDir string) (string, error) {
+	entries, err := os.ReadDir(filepath.Join(stagingPath, snapDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", status.Errorf(codes.NotFound, "snapshot %q does not exist in %s", path.Base(snapDir), filepath.Join(stagingPath, ".snap"))
+	}
+	if err != nil {
+		return "", status.Errorf(codes.Internal, "listing snapshot %s: %v", snapDir, err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, e.Name())
+		}
+	}
+	if len(dirs) != 1 {
+		return "", status.Errorf(codes.FailedPrecondition, "snapshot %s should hold one subvolume directory, it holds %d (%s)",
+			snapDir, len(dirs), strings.Join(dirs, ", "))
+	}
+	return path.Join(snapDir, dirs[0]), nil
 }
 
 // isInheritedName reports whether name is _<snapshot>_<inode>.

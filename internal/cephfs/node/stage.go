@@ -37,9 +37,21 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	defer unlock()
 	start := time.Now()
 
-	if _, err := s.opts.Clusters.Cluster(r.vol.ClusterID); err != nil {
+	cluster, err := s.opts.Clusters.Cluster(r.vol.ClusterID)
+	if err != nil {
 		// the map may be catching up with a ConfigMap change: retryable, not a bad request
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if r.vol.Encrypted {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted (volume_context[%q] = \"true\", ceph-csi's fscrypt): monoceph does not support encryption and will not mount it as plain files",
+			r.volumeID, volumecontext.Encrypted)
+	}
+	// ceph-csi's mount options per cluster (config.json) apply where the volume names none
+	if r.vol.FuseMountOptions == "" {
+		r.vol.FuseMountOptions = cluster.CephFS.FuseMountOptions
+	}
+	if r.vol.KernelMountOptions == "" {
+		r.vol.KernelMountOptions = cluster.CephFS.KernelMountOptions
 	}
 	if err := ensureDir(r.stagingPath); err != nil {
 		return nil, internal("staging_target_path", err)
@@ -47,6 +59,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	rec, err := s.loadRecord(r.stagingPath)
 	if err != nil {
 		return nil, internal("reading the staging record", err)
+	}
+	if r.vol.CephCSIShallow {
+		if err := s.resolveCephCSIShallow(ctx, &r, rec); err != nil {
+			return nil, err
+		}
 	}
 	if rec != nil {
 		if rec.VolumeID != r.volumeID {
@@ -66,10 +83,8 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	} else if other != nil && other.StagingPath != r.stagingPath {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %q", r.volumeID, other.StagingPath)
 	}
-	if m, err := hostmount.MountAt(r.stagingPath); err != nil {
-		return nil, internal("reading the mount table", err)
-	} else if m != nil {
-		return nil, status.Errorf(codes.AlreadyExists, "staging_target_path %q is already mounted (%s) without a record of this driver", r.stagingPath, m.FsType)
+	if err := s.clearDeadMount(ctx, r.stagingPath); err != nil {
+		return nil, err
 	}
 	mounter, err := s.mounter(ctx, r.vol.Mounter)
 	if err != nil {
@@ -345,4 +360,48 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	}
 	log.V(2).Info("Volume unstaged", "duration", time.Since(start))
 	return &csi.NodeUnstageVolumeResponse{}, nil
+}
+
+// clearDeadMount checks that nothing is mounted at a staging path this driver has no record
+// of. A CephFS mount whose FUSE daemon is gone is cleared: it is what ceph-csi's node plugin
+// leaves when its pod (which ran the ceph-fuse daemons) stopped for the swap to monoceph, and
+// nothing can read or write through it any more. Anything else mounted there is ALREADY_EXISTS.
+func (s *Server) clearDeadMount(ctx context.Context, stagingPath string) error {
+	m, err := hostmount.MountAt(stagingPath)
+	if err != nil {
+		return internal("reading the mount table", err)
+	}
+	if m == nil {
+		return nil
+	}
+	if mount.IsCephFS(m) {
+		state, _, err := mount.Inspect(ctx, stagingPath, s.opts.Timeout)
+		if err == nil && state == mount.Broken {
+			klog.FromContext(ctx).Info("Clearing a dead CephFS mount left at the staging path by another driver", "fsType", m.FsType)
+			if err := hostmount.LazyUnmount(ctx, s.x, stagingPath); err != nil {
+				return errorStatus("unmounting the dead mount at "+stagingPath, err)
+			}
+			return nil
+		}
+	}
+	return status.Errorf(codes.AlreadyExists, "staging_target_path %q is already mounted (%s) without a record of this driver", stagingPath, m.FsType)
+}
+
+// resolveCephCSIShallow completes the request of one of ceph-csi's shallow volumes with the
+// snapshot it exposes: from the record when staged already, else from ceph-csi's journal.
+func (s *Server) resolveCephCSIShallow(ctx context.Context, r *stageRequest, rec *record) error {
+	switch {
+	case rec != nil && rec.Shallow != nil:
+		r.vol.SnapshotName = rec.Shallow.SnapshotName
+	case s.opts.ResolveCephCSIShallow == nil:
+		return status.Errorf(codes.FailedPrecondition, "volume %q is one of ceph-csi's shallow volumes, and this node cannot read ceph-csi's journal to find its snapshot", r.volumeID)
+	default:
+		snap, err := s.opts.ResolveCephCSIShallow(ctx, r.vol.ClusterID, r.volumeID, r.cred)
+		if err != nil {
+			return err
+		}
+		r.vol.SnapshotName = snap
+	}
+	r.vol.Shallow = true
+	return nil
 }

@@ -4,9 +4,19 @@ package volumecontext
 
 import (
 	"fmt"
+	"path"
+	"regexp"
+	"strconv"
 
 	"github.com/monoceph/monoceph/internal/cephname"
 )
+
+// subvolumeBase is the base directory of a subvolume of the volumes module, the directory its
+// snapshots are taken of: /volumes/<group>/<subvolume>.
+var subvolumeBase = regexp.MustCompile(`^/volumes/[^/]+/[^/]+$`)
+
+// SubvolumeBase reports whether p is a subvolume's base directory.
+func SubvolumeBase(p string) bool { return subvolumeBase.MatchString(p) }
 
 // Keys of the volume context of a CephFS volume.
 const (
@@ -25,6 +35,14 @@ const (
 	// SnapshotName is the CephFS snapshot a shallow volume exposes:
 	// <RootPath>/.snap/<SnapshotName>.
 	SnapshotName = "snapshotName"
+
+	// ceph-csi's keys, in the volume contexts of the PVs it provisioned: the subvolume's path
+	// (for a shallow volume, the base directory of the subvolume whose snapshot it exposes,
+	// with a trailing slash) and its name (for a shallow volume, a name no subvolume has).
+	CephCSISubvolumePath = "subvolumePath"
+	CephCSISubvolumeName = "subvolumeName"
+	// Encrypted marks a volume ceph-csi encrypted (fscrypt); monoceph refuses to stage it.
+	Encrypted = "encrypted"
 )
 
 // Mounters.
@@ -43,6 +61,11 @@ type Volume struct {
 	KernelMountOptions string
 	Shallow            bool
 	SnapshotName       string
+	// CephCSIShallow: a ceph-csi context whose path is a subvolume's base directory and whose
+	// subvolume name is not that subvolume's: one of ceph-csi's shallow volumes, whose snapshot
+	// only ceph-csi's journal names (the node resolves it before staging).
+	CephCSIShallow bool
+	Encrypted      bool
 }
 
 // Map renders the volume as a volume context.
@@ -70,6 +93,18 @@ func Parse(ctx map[string]string) (Volume, error) {
 	v := Volume{ClusterID: ctx[ClusterID], FSName: ctx[FSName], RootPath: ctx[RootPath], Mounter: ctx[Mounter],
 		FuseMountOptions: ctx[FuseMountOptions], KernelMountOptions: ctx[KernelMountOptions],
 		Shallow: ctx[Shallow] == "true", SnapshotName: ctx[SnapshotName]}
+	if sp := ctx[CephCSISubvolumePath]; v.RootPath == "" && sp != "" {
+		// ceph-csi's context: checked below as rootPath
+		v.RootPath = sp
+		v.CephCSIShallow = SubvolumeBase(sp) && path.Base(sp) != ctx[CephCSISubvolumeName]
+	}
+	if e := ctx[Encrypted]; e != "" {
+		b, err := strconv.ParseBool(e)
+		if err != nil {
+			return Volume{}, fmt.Errorf("volume_context[%q] = %q: want true or false", Encrypted, e)
+		}
+		v.Encrypted = b
+	}
 	for _, f := range []struct {
 		key, value string
 		check      func(string) error
