@@ -25,6 +25,9 @@ type SnapshotMetadataConfig struct {
 	// Limits bound the callers of the Kubernetes-facing API: streams in all and per user,
 	// keepalive, connection age (zero fields: snapmeta's defaults).
 	Limits snapmeta.Limits
+	// NoReadCompare refuses deltas of ceph-csi snapshots that librbd cannot diff by snapshot
+	// ID, instead of comparing their data (see package snapmeta).
+	NoReadCompare bool
 
 	// Address is where the Kubernetes-facing API listens (host:port, TLS); "" serves none.
 	Address string
@@ -89,6 +92,7 @@ func (d *Driver) registerSnapshotMetadata() (*csi.PluginCapability, error) {
 	style, _ := snapmeta.ParseStyle(sm.BlockType) // checked by Complete
 	engine := snapmeta.NewEngine(snapmeta.Options{
 		Clusters: d.clusters, Pool: d.pool, Style: style, MaxStreamDuration: sm.MaxStreamDuration, MaxConcurrentDiffs: sm.MaxConcurrentDiffs,
+		NoReadCompare: sm.NoReadCompare,
 	})
 	csi.RegisterSnapshotMetadataServer(d.grpc.Server, snapmeta.NewCSIServer(engine))
 	if sm.Address != "" {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
@@ -53,6 +54,10 @@ type Options struct {
 	// MaxConcurrentDiffs bounds the diff iterations running at once (0:
 	// DefaultMaxConcurrentDiffs); streams beyond it wait for a turn within their deadline.
 	MaxConcurrentDiffs int
+	// NoReadCompare refuses changed blocks between two of ceph-csi's snapshots where librbd
+	// cannot diff them by snapshot ID (Ceph before Reef 18.2.5, or a flattened snapshot
+	// image), instead of comparing their data (see cephcsi.go).
+	NoReadCompare bool
 }
 
 // Engine computes allocated and changed extents of RBD snapshots.
@@ -79,11 +84,32 @@ func NewEngine(o Options) *Engine {
 	return &Engine{ctrl: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o, diffs: make(chan struct{}, o.MaxConcurrentDiffs)}
 }
 
+// SnapshotID is a snapshot ID of either format: monoceph's (the embedded RBDSnapshot) or a
+// ceph-csi handle (CSI set).
+type SnapshotID struct {
+	volid.RBDSnapshot
+	CSI *cephcsi.Handle
+}
+
+func (s SnapshotID) String() string {
+	if s.CSI != nil {
+		return s.CSI.String()
+	}
+	return s.RBDSnapshot.String()
+}
+
+func (s SnapshotID) clusterID() string {
+	if s.CSI != nil {
+		return s.CSI.ClusterID
+	}
+	return s.ClusterID
+}
+
 // Query asks for the allocated extents of Target (Base nil) or the extents changed from Base
 // to Target.
 type Query struct {
-	Target         volid.RBDSnapshot
-	Base           *volid.RBDSnapshot
+	Target         SnapshotID
+	Base           *SnapshotID
 	StartingOffset int64
 	MaxResults     int32
 	Secrets        map[string]string
@@ -100,15 +126,22 @@ type Header struct {
 // ParseSnapshotID decodes a CSI snapshot ID of a request field; missing or malformed IDs are
 // INVALID_ARGUMENT (the KEP's table: a string this driver never issued is a bad argument here,
 // not an unknown snapshot).
-func ParseSnapshotID(field, id string) (volid.RBDSnapshot, error) {
+func ParseSnapshotID(field, id string) (SnapshotID, error) {
 	if id == "" {
-		return volid.RBDSnapshot{}, status.Errorf(codes.InvalidArgument, "%s is missing", field)
+		return SnapshotID{}, status.Errorf(codes.InvalidArgument, "%s is missing", field)
+	}
+	if cephcsi.IsHandle(id) {
+		h, err := cephcsi.ParseHandle(id)
+		if err != nil {
+			return SnapshotID{}, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+		}
+		return SnapshotID{CSI: &h}, nil
 	}
 	s, err := volid.ParseRBDSnapshot(id)
 	if err != nil {
-		return volid.RBDSnapshot{}, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+		return SnapshotID{}, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 	}
-	return s, nil
+	return SnapshotID{RBDSnapshot: s}, nil
 }
 
 // errStopped is what the librbd callback returns to end the iteration early; librbd passes it
@@ -127,7 +160,7 @@ func (e *Engine) Stream(ctx context.Context, q Query, send func(Header, []Extent
 		ctx, cancel = context.WithTimeout(ctx, e.opts.MaxStreamDuration)
 		defer cancel()
 	}
-	cl, err := e.ctrl.Cluster(q.Target.ClusterID, codes.NotFound, "snapshot")
+	cl, err := e.ctrl.Cluster(q.Target.clusterID(), codes.NotFound, "snapshot")
 	if err != nil {
 		return err
 	}
@@ -183,7 +216,11 @@ func (e *Engine) check(q Query) error {
 	if q.StartingOffset < 0 {
 		return status.Errorf(codes.OutOfRange, "starting_offset %d is negative", q.StartingOffset)
 	}
-	if q.Base != nil && q.Base.RBDVolume != q.Target.RBDVolume {
+	// a ceph-csi volume's snapshots are all ceph-csi handles and a monoceph volume's none, so
+	// a pair of mixed formats is two volumes; two handles are compared by their journal entries
+	if q.Base != nil && ((q.Base.CSI == nil) != (q.Target.CSI == nil) ||
+		q.Base.CSI == nil && q.Base.RBDVolume != q.Target.RBDVolume ||
+		q.Base.CSI != nil && (q.Base.CSI.ClusterID != q.Target.CSI.ClusterID || q.Base.CSI.LocationID != q.Target.CSI.LocationID)) {
 		return status.Errorf(codes.InvalidArgument, "base snapshot %s and target snapshot %s are snapshots of different volumes",
 			q.Base.String(), q.Target.String())
 	}
@@ -204,21 +241,16 @@ func maxResults(n int32) int {
 // iteration, queueing full messages on msgs. It runs under ceph.Call, so a caller that gives
 // up does not wait for it; the callback notices the cancelled ctx and ends the iteration.
 func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Header, msgs chan<- []Extent) error {
+	if q.Target.CSI != nil {
+		return e.produceCephCSI(ctx, conn, q, hdr, msgs)
+	}
 	image := rbdname.Image(q.Target.UID)
 	_, err := ceph.Call(ctx, conn, "diff "+image+" at "+q.Target.String(), func(r *rados.Conn) (struct{}, error) {
-		// the turn is taken here, where the iteration runs, so that one ceph.Call gave up on
-		// keeps its turn until librbd has really stopped
-		select {
-		case e.diffs <- struct{}{}:
-		case <-ctx.Done():
-			return struct{}{}, ctx.Err()
+		done, err := e.turn(ctx)
+		if err != nil {
+			return struct{}{}, err
 		}
-		defer func() { <-e.diffs }()
-		for n := int64(len(e.diffs)); ; {
-			if old := e.peakDiffs.Load(); n <= old || e.peakDiffs.CompareAndSwap(old, n) {
-				break
-			}
-		}
+		defer done()
 		pool, err := r.GetPoolByID(q.Target.PoolID)
 		if err != nil {
 			return struct{}{}, notFound(err, "snapshot %s does not exist (pool %d: %v)", q.Target.String(), q.Target.PoolID, err)
@@ -229,7 +261,7 @@ func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Hea
 		}
 		defer io.Destroy()
 		io.SetNamespace(q.Target.Namespace)
-		img, err := openTarget(io, q.Target)
+		img, err := openTarget(io, q.Target.RBDSnapshot)
 		if err != nil {
 			return struct{}{}, notFound(err, "snapshot %s does not exist", q.Target.String())
 		}
@@ -243,6 +275,23 @@ func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Hea
 		return struct{}{}, e.iterate(ctx, io, img, q, hdr, msgs)
 	})
 	return innerStatus(err)
+}
+
+// turn waits for one of the MaxConcurrentDiffs turns and returns its release. It is taken
+// where the iteration runs, inside ceph.Call, so that one ceph.Call gave up on keeps its turn
+// until librbd has really stopped.
+func (e *Engine) turn(ctx context.Context) (func(), error) {
+	select {
+	case e.diffs <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for n := int64(len(e.diffs)); ; {
+		if old := e.peakDiffs.Load(); n <= old || e.peakDiffs.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	return func() { <-e.diffs }, nil
 }
 
 // innerStatus unwraps a status error that ceph.Call wrapped with the operation's name, so the
@@ -265,7 +314,7 @@ func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImag
 	}
 	var from fromSnap
 	if q.Base != nil {
-		if from, err = baseSnapshot(io, img, *q.Base, q.Target); err != nil {
+		if from, err = baseSnapshot(io, img, q.Base.RBDSnapshot, q.Target.RBDSnapshot); err != nil {
 			return err
 		}
 	}
