@@ -48,6 +48,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.StringVar(&cfg.StateDir, "state-dir", "/run/monoceph", "node-private state: FUSE mount points, staging records, CephFS recovery keys (keep it on a tmpfs)")
 	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
 	fs.DurationVar(&cfg.CephFSCloneWait, "cephfs-clone-wait", cephfs.DefaultCloneWait, "how long CephFS CreateVolume waits for a clone before answering ABORTED so the CO retries")
+	fs.StringVar(&cfg.CephCSIInstanceID, "cephcsi-instance-id", "default", "the --instanceid of the ceph-csi deployment whose volumes this driver took over (the suffix of ceph-csi's journal objects)")
 	fs.StringVar(&cfg.CSIAddonsEndpoint, "csi-addons-endpoint", "", "csi-addons endpoint (network fencing), unix:///path/to/csi-addons.sock; controller and all modes (empty: off)")
 	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
 	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", fence.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")
@@ -60,6 +61,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.SnapshotMetadata.Limits.KeepaliveTime, "snapshot-metadata-keepalive-time", snapmeta.DefaultKeepaliveTime, "ping a connection of that API silent this long")
 	fs.DurationVar(&cfg.SnapshotMetadata.Limits.KeepaliveTimeout, "snapshot-metadata-keepalive-timeout", snapmeta.DefaultKeepaliveTimeout, "close it when the ping goes unanswered this long")
 	fs.DurationVar(&cfg.SnapshotMetadata.Limits.MaxConnectionAge, "snapshot-metadata-max-connection-age", snapmeta.DefaultMaxConnectionAge, "ask a connection of that API to go away at this age; its streams get --snapshot-metadata-max-stream-duration to finish")
+	readCompare := fs.Bool("snapshot-metadata-read-compare", true, "changed blocks between two of ceph-csi's snapshots where librbd cannot diff them by snapshot ID (Ceph before Reef 18.2.5): compare their data (false: answer FAILED_PRECONDITION)")
 	fs.StringVar(&cfg.SnapshotMetadata.Address, "snapshot-metadata-address", "", "host:port of the Kubernetes-facing SnapshotMetadata API for backup applications, TLS (empty: off)")
 	fs.StringVar(&cfg.SnapshotMetadata.TLSCert, "snapshot-metadata-tls-cert", "", "its TLS certificate (PEM), re-read when it changes")
 	fs.StringVar(&cfg.SnapshotMetadata.TLSKey, "snapshot-metadata-tls-key", "", "its TLS private key (PEM)")
@@ -79,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 		return cfg, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	cfg.Type, cfg.Mode = driver.Type(typ), driver.Mode(mode)
+	cfg.SnapshotMetadata.NoReadCompare = !*readCompare
 	return cfg, *showVersion, nil
 }
 

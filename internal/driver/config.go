@@ -64,6 +64,9 @@ type Config struct {
 	// CephFSCloneWait is how long CreateVolume waits for a CephFS clone before answering
 	// ABORTED (0: cephfs.DefaultCloneWait).
 	CephFSCloneWait time.Duration
+	// CephCSIInstanceID is the --instanceid of a ceph-csi deployment whose volumes this
+	// process serves (the suffix of ceph-csi's journal objects); "" means ceph-csi's default.
+	CephCSIInstanceID string
 
 	// CSIAddonsEndpoint is the csi-addons socket (Identity, FenceController); "" serves none.
 	CSIAddonsEndpoint string
@@ -89,6 +92,9 @@ func (c Config) RunsController() bool { return c.Mode == ModeController || c.Mod
 
 // RunsNode reports whether the node service is served.
 func (c Config) RunsNode() bool { return c.Mode == ModeNode || c.Mode == ModeAll }
+
+// instanceIDPattern: ceph-csi's instance ID becomes part of RADOS object names.
+var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 // The CSI spec: a driver name is at most 63 characters, a DNS-1123-like domain name.
 var driverNamePattern = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9.]{0,61}[a-zA-Z0-9])?$`)
@@ -139,6 +145,9 @@ func (c *Config) Complete() error {
 	}
 	if c.NodeCommandTimeout < 0 {
 		return fmt.Errorf("--node-command-timeout=%v: must not be negative", c.NodeCommandTimeout)
+	}
+	if c.CephCSIInstanceID != "" && !instanceIDPattern.MatchString(c.CephCSIInstanceID) {
+		return fmt.Errorf("--cephcsi-instance-id=%q: want 1-64 characters of [A-Za-z0-9._-]", c.CephCSIInstanceID)
 	}
 	if c.CephFSCloneWait < 0 {
 		return fmt.Errorf("--cephfs-clone-wait=%v: must not be negative", c.CephFSCloneWait)

@@ -107,7 +107,8 @@ func New(cfg Config) (*Driver, error) {
 func (d *Driver) register() error {
 	var caps []*csi.PluginCapability
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
-		o := rbd.Options{Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth}
+		o := rbd.Options{Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
+			CephCSIInstanceID: d.cfg.CephCSIInstanceID}
 		if err := d.rbdPublishOptions(&o); err != nil {
 			return err
 		}
@@ -124,6 +125,7 @@ func (d *Driver) register() error {
 	if d.cfg.Type == TypeCephFS && d.cfg.RunsController() {
 		ctrl := cephfs.NewController(cephfs.Options{
 			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, CloneWait: d.cfg.CephFSCloneWait,
+			CephCSIInstanceID: d.cfg.CephCSIInstanceID,
 		})
 		csi.RegisterControllerServer(d.grpc.Server, ctrl)
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
@@ -153,7 +155,9 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 		return rbdnode.New(rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
 			Timeout: d.cfg.CephTimeouts.Op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool, FuseServer: d.cfg.RBDFuseServer})
 	case TypeCephFS:
-		ns, err := cephfsnode.New(cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: d.cfg.CephTimeouts.Op})
+		resolver := &cephfs.CephCSIShallowResolver{Clusters: d.clusters, Pool: d.pool}
+		ns, err := cephfsnode.New(cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
+			Timeout: d.cfg.CephTimeouts.Op, ResolveCephCSIShallow: resolver.Snapshot})
 		if err == nil {
 			d.recover = ns.Recover
 		}
