@@ -528,3 +528,25 @@ func TestFenceCrashSafety(t *testing.T) {
 		}
 	}
 }
+
+// TestFenceWithCephCSISecrets: a NetworkFence of a ceph-csi deployment names its CephFS Secret,
+// which holds adminID/adminKey only; monoceph fences with it as with userID/userKey.
+func TestFenceWithCephCSISecrets(t *testing.T) {
+	c := newOnCluster(t, Options{})
+	c.secrets = map[string]string{ceph.SecretAdminID: c.env.Admin.ID, ceph.SecretAdminKey: c.env.Admin.Key()}
+	const cidr = "198.51.100.244/30"
+	c.cleanupEntries(t, cidr)
+	c.cleanupRecords(t, cidr)
+	if err := c.fence(t, cidr); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(c.listRPC(t), cidr) {
+		t.Fatalf("%s not fenced", cidr)
+	}
+	if err := c.unfence(t, cidr); err != nil {
+		t.Fatal(err)
+	}
+	if left := c.rawEntries(t, cidr); len(left) != 0 {
+		t.Fatalf("left after unfencing: %+v", left)
+	}
+}
