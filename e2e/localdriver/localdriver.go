@@ -28,6 +28,13 @@ type Driver struct {
 // (e.g. `"cephFS":{"subvolumeGroup":"g"}`).
 func Start(t *testing.T, typ driver.Type, clusterMapExtra string) *Driver {
 	t.Helper()
+	return StartNamed(t, typ, "", clusterMapExtra)
+}
+
+// StartNamed is Start under a driver name of the caller's ("" is the default for typ), e.g.
+// ceph-csi's.
+func StartNamed(t *testing.T, typ driver.Type, name, clusterMapExtra string) *Driver {
+	t.Helper()
 	cl := cephtest.Env(t)
 	// short: FUSE admin sockets live under the state directory and paths are limited to 107 bytes
 	dir, err := os.MkdirTemp("", "md-")
@@ -37,7 +44,7 @@ func Start(t *testing.T, typ driver.Type, clusterMapExtra string) *Driver {
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	clusters := cl.ClusterMapFile(t, dir, clusterMapExtra)
 	d, err := driver.New(driver.Config{
-		Type: typ, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "e2e-node",
+		Type: typ, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "e2e-node", DriverName: name,
 		ClusterConfig: clusters, StateDir: filepath.Join(dir, "st"), RBDMaxCloneDepth: 8, RBDFuseServer: cephtest.FuseServer(),
 		// csi-sanity never retries ABORTED, which CreateVolume answers for a CephFS clone
 		// still copying after the wait; on Pacific an empty clone has taken up to 10 s.

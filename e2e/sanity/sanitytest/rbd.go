@@ -11,9 +11,31 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 )
 
+// rbdMutable are the VolumeAttributesClass parameters of the ModifyVolume specs.
+var rbdMutable = map[string]string{"qosWriteIopsLimit": "5000", "qosWriteIopsBurst": "10000", "qosWriteBpsLimit": "200Mi"}
+
 // RBD runs the suite for the RBD driver in a RADOS namespace of its own, and fails if the run
 // leaves an image, a trash entry or a journal key there.
 func RBD(t *testing.T, accessType string) {
+	runRBD(t, accessType, func(ns string) Options {
+		return Options{Parameters: map[string]string{"pool": cephtest.Env(t).RBDPool, "radosNamespace": ns, "mounter": "fuse"},
+			MutableParameters: rbdMutable}
+	})
+}
+
+// CephCSIRBD runs the suite under ceph-csi's RBD driver name with the parameters of ceph-csi's
+// example StorageClass (the namespace in the cluster map, as ceph-csi's config.json has it;
+// tryOtherMounters, so a node without krbd, like this one, falls back to rbd-fuse).
+func CephCSIRBD(t *testing.T, accessType string) {
+	runRBD(t, accessType, func(ns string) Options {
+		return Options{DriverName: "rbd.csi.ceph.com", ClusterMap: fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, ns),
+			Parameters: map[string]string{"pool": cephtest.Env(t).RBDPool, "imageFeatures": "layering", "imageFormat": "2",
+				"csi.storage.k8s.io/fstype": "ext4", "tryOtherMounters": "true"},
+			MutableParameters: rbdMutable}
+	})
+}
+
+func runRBD(t *testing.T, accessType string, options func(ns string) Options) {
 	cl := cephtest.Env(t)
 	p := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(p.Close)
@@ -31,20 +53,21 @@ func RBD(t *testing.T, accessType string) {
 	if err := rbd.NamespaceCreate(io, ns); err != nil {
 		t.Fatal(err)
 	}
-	Run(t, Options{Type: "rbd", AccessType: accessType,
-		Parameters:        map[string]string{"pool": cl.RBDPool, "radosNamespace": ns, "mounter": "fuse"},
-		MutableParameters: map[string]string{"qosWriteIopsLimit": "5000", "qosWriteIopsBurst": "10000", "qosWriteBpsLimit": "200Mi"},
-		Leftovers: func(t *testing.T) []string {
-			io.SetNamespace(ns)
-			left, err := cephtest.RBDLeftovers(io)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(left) == 0 {
-				_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
-				io.SetNamespace("")
-				_ = rbd.NamespaceRemove(io, ns)
-			}
-			return left
-		}})
+	o := options(ns)
+	o.Type, o.AccessType = "rbd", accessType
+	// anything left is reported: images, trash entries, journal objects of either driver
+	o.Leftovers = func(t *testing.T) []string {
+		io.SetNamespace(ns)
+		left, err := cephtest.RBDLeftovers(io)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(left) == 0 {
+			_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
+			io.SetNamespace("")
+			_ = rbd.NamespaceRemove(io, ns)
+		}
+		return left
+	}
+	Run(t, o)
 }

@@ -32,6 +32,11 @@ type Options struct {
 	// ClusterMap, if set, is the cluster map entry's JSON fields after clusterID and monitors
 	// (e.g. `"cephFS":{"subvolumeGroup":"x"}`).
 	ClusterMap string
+	// DriverName, if set, replaces the type's default driver name (e.g. ceph-csi's).
+	DriverName string
+	// Secrets, if set, replace the userID/userKey every RPC carries (e.g. ceph-csi's CephFS
+	// Secret: adminID/adminKey).
+	Secrets map[string]string
 	// Leftovers, if set, runs after the suite and reports what the run left in Ceph; anything
 	// it returns fails the test.
 	Leftovers func(t *testing.T) []string
@@ -52,15 +57,17 @@ var _ = ginkgo.ReportAfterEach(func(r ginkgo.SpecReport) {
 
 // Run starts the driver in all-in-one mode on a temporary socket and runs the sanity suite.
 func Run(t *testing.T, o Options) {
-	d := localdriver.Start(t, o.Type, o.ClusterMap)
+	d := localdriver.StartNamed(t, o.Type, o.DriverName, o.ClusterMap)
 	cl, dir := d.Cluster, d.Dir
-
+	if o.Secrets == nil {
+		o.Secrets = cl.Secrets()
+	}
 	secrets := map[string]map[string]string{}
 	for _, k := range []string{"CreateVolumeSecret", "DeleteVolumeSecret", "ControllerValidateVolumeCapabilitiesSecret",
 		"NodeStageVolumeSecret", "NodePublishVolumeSecret", "CreateSnapshotSecret", "DeleteSnapshotSecret",
 		"ControllerExpandVolumeSecret", "ListSnapshotsSecret", "GetSnapshotSecret", "ControllerModifyVolumeSecret",
 		"ControllerPublishVolumeSecret", "ControllerUnpublishVolumeSecret"} {
-		secrets[k] = cl.Secrets()
+		secrets[k] = o.Secrets
 	}
 	b, err := yaml.Marshal(secrets)
 	if err != nil {
