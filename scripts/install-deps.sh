@@ -14,8 +14,8 @@ PACKAGES=(
   gcc libc6-dev make git
   # node plugin: filesystems, loop devices, mount helpers
   e2fsprogs xfsprogs util-linux mount fuse3
-  # scripts: ss, process checks, certificates, HTTP checks
-  iproute2 procps python3 ca-certificates openssl curl
+  # scripts: ss, process checks, certificates, HTTP checks; JSON for the ceph-csi migration
+  iproute2 procps python3 ca-certificates openssl curl jq
   # container image (make image, make e2e): debootstrap makes the Debian base root filesystem,
   # buildah builds the Dockerfile, podman runs the e2e's driver containers, skopeo checks the
   # OCI archive of make image-save; runc as podman's runtime (crun fails on hybrid cgroup hosts)

@@ -368,18 +368,22 @@ var csiAddonsNodes = schema.GroupVersionResource{Group: "csiaddons.openshift.io"
 
 // stepFence creates a NetworkFence: the csi-addons controller finds the chart's csi-addons
 // sidecar through its CSIAddonsNode and lease, the sidecar calls monoceph's FenceController.
-func (e *env) stepFence() {
+func (e *env) stepFence() { e.fenceWith(rbdDriver, namespace, release+"-ceph-user", e.ceph.ID) }
+
+// fenceWith fences and unfences a range through a NetworkFence of driver, whose Secret
+// ns/secret and clusterID it names.
+func (e *env) fenceWith(driver, ns, secret, clusterID string) {
 	ctx := context.Background()
-	e.waitFor(60*time.Second, "a connected CSIAddonsNode for "+rbdDriver, func() (bool, string) {
-		list, err := e.dyn.Resource(csiAddonsNodes).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	e.waitFor(60*time.Second, "a connected CSIAddonsNode for "+driver, func() (bool, string) {
+		list, err := e.dyn.Resource(csiAddonsNodes).Namespace(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
 		var seen []string
 		for _, n := range list.Items {
 			state, _, _ := unstructured.NestedString(n.Object, "status", "state")
-			driver, _, _ := unstructured.NestedString(n.Object, "spec", "driver", "name")
-			if driver == rbdDriver && state == "Connected" {
+			name, _, _ := unstructured.NestedString(n.Object, "spec", "driver", "name")
+			if name == driver && state == "Connected" {
 				return true, ""
 			}
 			msg, _, _ := unstructured.NestedString(n.Object, "status", "message")
@@ -402,9 +406,9 @@ func (e *env) stepFence() {
 		"apiVersion": "csiaddons.openshift.io/v1alpha1", "kind": "NetworkFence",
 		"metadata": map[string]any{"name": "e2e-fence"},
 		"spec": map[string]any{
-			"driver": rbdDriver, "fenceState": "Fenced", "cidrs": []any{cidr},
-			"secret":     map[string]any{"name": release + "-ceph-user", "namespace": namespace},
-			"parameters": map[string]any{"clusterID": e.ceph.ID},
+			"driver": driver, "fenceState": "Fenced", "cidrs": []any{cidr},
+			"secret":     map[string]any{"name": secret, "namespace": ns},
+			"parameters": map[string]any{"clusterID": clusterID},
 		},
 	}}
 	if _, err := e.dyn.Resource(networkFences).Create(ctx, nf, metav1.CreateOptions{}); err != nil {

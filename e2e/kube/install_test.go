@@ -192,21 +192,32 @@ func (e *env) missing(objs []*unstructured.Unstructured, gone bool) []string {
 	return out
 }
 
-// wantPods is the release's pods: a controller per driver on the control plane node, a node
-// plugin per driver on each of nodes A and B.
-var wantPods = map[string]int{"rbd-controller": 1, "rbd-node": 2, "cephfs-controller": 1, "cephfs-node": 2}
+// nodePlugins is how many node plugins a release runs per driver: one on each of nodes A and B
+// (its controllers run on the control plane node).
+const nodePlugins = 2
 
 // startPods acts as the kubelets (kubeletStep) until the release's Deployments and DaemonSets
 // are rolled out (every pod of their current template running, none of an earlier one left),
 // then waits for the pods' sockets and calls their probes.
 func (e *env) startPods() {
 	e.t.Helper()
+	e.startPodsOf(namespace, release, map[string]string{"rbd": rbdDriver, "cephfs": fsDriver})
+}
+
+// startPodsOf runs the pods of one release in ns, whose enabled drivers have the names given
+// (driver kind → driver name).
+func (e *env) startPodsOf(ns, rel string, drivers map[string]string) {
+	e.t.Helper()
 	ctx := context.Background()
+	want := map[string]int{}
+	for kind := range drivers {
+		want[kind+"-controller"], want[kind+"-node"] = 1, nodePlugins
+	}
 	var pods []corev1.Pod
 	e.waitFor(3*time.Minute, "the release's pods running", func() (bool, string) {
 		e.kubeletStep()
-		sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
-		deps, err := e.kc.AppsV1().Deployments(namespace).List(ctx, sel)
+		sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + rel}
+		deps, err := e.kc.AppsV1().Deployments(ns).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -216,7 +227,7 @@ func (e *env) startPods() {
 				return false, fmt.Sprintf("Deployment %s rolling out: %+v", d.Name, st)
 			}
 		}
-		dss, err := e.kc.AppsV1().DaemonSets(namespace).List(ctx, sel)
+		dss, err := e.kc.AppsV1().DaemonSets(ns).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -226,7 +237,7 @@ func (e *env) startPods() {
 				return false, fmt.Sprintf("DaemonSet %s rolling out: %+v", d.Name, st)
 			}
 		}
-		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, sel)
+		list, err := e.kc.CoreV1().Pods(ns).List(ctx, sel)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -235,7 +246,7 @@ func (e *env) startPods() {
 		others := 0
 		for _, p := range list.Items {
 			c := p.Labels["app.kubernetes.io/component"]
-			if _, ok := wantPods[c]; !ok {
+			if _, ok := want[c]; !ok {
 				continue // the upgrade hook's
 			}
 			if p.DeletionTimestamp != nil || !e.runner.started(p.Name) {
@@ -245,15 +256,14 @@ func (e *env) startPods() {
 			count[c]++
 			pods = append(pods, p)
 		}
-		return fmt.Sprint(count) == fmt.Sprint(wantPods) && others == 0, fmt.Sprintf("running %v, others %d", count, others)
+		return fmt.Sprint(count) == fmt.Sprint(want) && others == 0, fmt.Sprintf("running %v, others %d", count, others)
 	})
 	// the sockets appear once the drivers serve
 	for _, p := range pods {
 		c := p.Labels["app.kubernetes.io/component"]
 		var sock string
-		if strings.HasSuffix(c, "-node") {
-			driver := map[string]string{"rbd-node": rbdDriver, "cephfs-node": fsDriver}[c]
-			sock = e.runner.nodeOf(&p).host(filepath.Join(kubeletDir, "plugins", driver, "csi.sock"))
+		if kind, ok := strings.CutSuffix(c, "-node"); ok {
+			sock = e.runner.nodeOf(&p).host(filepath.Join(kubeletDir, "plugins", drivers[kind], "csi.sock"))
 		} else {
 			sock = filepath.Join(e.runner.root, "pods", p.Name, "volumes", "socket-dir", "csi.sock")
 		}

@@ -73,7 +73,8 @@ func (e *env) mountOn(n *node, pv *corev1.PersistentVolume, readOnly bool, publi
 	}
 	secrets := map[string]string{}
 	// the chart points node staging at the node user, which cannot create, delete or fence
-	if ref := src.NodeStageSecretRef; ref == nil || ref.Name != release+"-ceph-node-user" {
+	// (PVs of ceph-csi's classes name ceph-csi's Secrets)
+	if ref := src.NodeStageSecretRef; (src.Driver == rbdDriver || src.Driver == fsDriver) && (ref == nil || ref.Name != release+"-ceph-node-user") {
 		e.t.Fatalf("PV %s node-stage secret %v, want the node user's", pv.Name, ref)
 	}
 	if ref := src.NodeStageSecretRef; ref != nil {
@@ -150,6 +151,21 @@ func (m *mounted) write(name string, data []byte) {
 	if err := syncfs(m.path("")); err != nil {
 		m.e.t.Fatal(err)
 	}
+}
+
+// readAt reads n bytes at off of a block volume's device.
+func (m *mounted) readAt(off int64, n int) []byte {
+	m.e.t.Helper()
+	f, err := os.Open(m.target)
+	if err != nil {
+		m.e.t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		m.e.t.Fatal(err)
+	}
+	return b
 }
 
 func (m *mounted) read(name string) string {

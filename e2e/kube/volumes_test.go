@@ -25,6 +25,7 @@ type claim struct {
 	fromSnapshot      string
 	labels            map[string]string
 	attrClass         string // VolumeAttributesClass
+	fromClaim         string // a PVC-PVC clone
 	block             bool   // volumeMode Block
 }
 
@@ -50,6 +51,9 @@ func (e *env) createPVC(c claim) *corev1.PersistentVolume {
 	if c.fromSnapshot != "" {
 		group := snapv1.GroupName
 		pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{APIGroup: &group, Kind: "VolumeSnapshot", Name: c.fromSnapshot}
+	}
+	if c.fromClaim != "" {
+		pvc.Spec.DataSource = &corev1.TypedLocalObjectReference{Kind: "PersistentVolumeClaim", Name: c.fromClaim}
 	}
 	if _, err := e.kc.CoreV1().PersistentVolumeClaims(userNS).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)

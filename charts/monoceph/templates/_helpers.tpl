@@ -27,7 +27,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "monoceph.cephSecretName" -}}
-{{- .Values.cephUser.existingSecret | default (printf "%s-ceph-user" (include "monoceph.fullname" .)) -}}
+{{- .Values.cephUser.existingSecret | default .Values.cephUser.secretName | default (printf "%s-ceph-user" (include "monoceph.fullname" .)) -}}
 {{- end -}}
 
 {{/* The node-stage secret: the node user's when one is given, else the Ceph user's. */}}
@@ -50,6 +50,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- $fs := dict -}}
 {{- with .Values.cluster.cephFS.subvolumeGroup }}{{ $_ := set $fs "subvolumeGroup" . }}{{ end -}}
 {{- with .Values.cluster.cephFS.radosNamespace }}{{ $_ := set $fs "radosNamespace" . }}{{ end -}}
+{{- with .Values.cluster.cephFS.kernelMountOptions }}{{ $_ := set $fs "kernelMountOptions" . }}{{ end -}}
+{{- with .Values.cluster.cephFS.fuseMountOptions }}{{ $_ := set $fs "fuseMountOptions" . }}{{ end -}}
 {{- if $fs }}{{ $_ := set $first "cephFS" $fs }}{{ end -}}
 {{- prepend .Values.extraClusters $first | toPrettyJson -}}
 {{- end -}}
