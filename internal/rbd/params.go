@@ -158,15 +158,20 @@ var cephCSIRBDParams = controller.CephCSIKeys{
 	"stripeCount":              controller.Refused("striping"),
 	"objectSize":               controller.Refused("custom object sizes"),
 	"topologyConstrainedPools": controller.Refused("topology-constrained pools"),
-	// QoS of newer ceph-csi releases
-	"baseIops": controller.Refused("QoS"), "maxIops": controller.Refused("QoS"),
-	"baseReadIops": controller.Refused("QoS"), "maxReadIops": controller.Refused("QoS"),
-	"baseWriteIops": controller.Refused("QoS"), "maxWriteIops": controller.Refused("QoS"),
-	"baseBps": controller.Refused("QoS"), "maxBps": controller.Refused("QoS"),
-	"baseReadBps": controller.Refused("QoS"), "maxReadBps": controller.Refused("QoS"),
-	"baseWriteBps": controller.Refused("QoS"), "maxWriteBps": controller.Refused("QoS"),
-	"iopsPerGiB": controller.Refused("QoS"), "readIopsPerGiB": controller.Refused("QoS"),
-	"writeIopsPerGiB": controller.Refused("QoS"), "bpsPerGiB": controller.Refused("QoS"),
-	"readBpsPerGiB": controller.Refused("QoS"), "writeBpsPerGiB": controller.Refused("QoS"),
-	"baseVolSizeBytes": controller.Refused("QoS"),
+	// QoS of newer ceph-csi releases: limits scaled by the volume's size, which monoceph
+	// lacks; its own QoS limits (same librbd overrides) are VolumeAttributesClass parameters
+	"baseIops": refusedQoS, "maxIops": refusedQoS,
+	"baseReadIops": refusedQoS, "maxReadIops": refusedQoS,
+	"baseWriteIops": refusedQoS, "maxWriteIops": refusedQoS,
+	"baseBps": refusedQoS, "maxBps": refusedQoS,
+	"baseReadBps": refusedQoS, "maxReadBps": refusedQoS,
+	"baseWriteBps": refusedQoS, "maxWriteBps": refusedQoS,
+	"iopsPerGiB": refusedQoS, "readIopsPerGiB": refusedQoS,
+	"writeIopsPerGiB": refusedQoS, "bpsPerGiB": refusedQoS,
+	"readBpsPerGiB": refusedQoS, "writeBpsPerGiB": refusedQoS,
+	"baseVolSizeBytes": refusedQoS,
 }
+
+// refusedQoS: ceph-csi's QoS keys. A volume that has limits keeps them (they are the librbd
+// overrides monoceph's own QoS parameters write).
+var refusedQoS = controller.Refused("ceph-csi's size-scaled QoS (monoceph's: qosIopsLimit and the like, in a VolumeAttributesClass)")
