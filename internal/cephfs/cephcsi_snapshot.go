@@ -141,23 +141,11 @@ func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnaps
 // and its entry go when no shallow volume references it (or there is no tracker).
 func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h cephcsi.Handle) (*csi.DeleteSnapshotResponse, error) {
 	raw := h.String()
-	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, "snapshot_id")
-	if err != nil {
-		return nil, err
+	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteSnapshot", "snapshot_id", h.ClusterID, h.LocationID, raw, req.GetSecrets())
+	if err != nil || gone {
+		return &csi.DeleteSnapshotResponse{}, err
 	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteSnapshot", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s, err := c.siteOf(ctx, cl, h.LocationID, req.GetSecrets(), "snapshot "+raw)
-	if status.Code(err) == codes.NotFound {
-		return &csi.DeleteSnapshotResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer s.release()
+	defer done()
 	e, err := cephcsi.Read(ctx, s.journal(), cephcsi.Snapshots, h.UUID)
 	if err != nil || e == nil {
 		return &csi.DeleteSnapshotResponse{}, err

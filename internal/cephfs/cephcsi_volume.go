@@ -65,24 +65,11 @@ func quota(s site, group, sub string) (int64, error) {
 // own), or for a shallow volume its reference, and with the last reference of a deleted
 // snapshot the snapshot; then its journal entry.
 func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h cephcsi.Handle) (*csi.DeleteVolumeResponse, error) {
-	raw := h.String()
-	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, "volume_id")
-	if err != nil {
-		return nil, err
+	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteVolume", "volume_id", h.ClusterID, h.LocationID, h.String(), req.GetSecrets())
+	if err != nil || gone {
+		return &csi.DeleteVolumeResponse{}, err
 	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteVolume", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s, err := c.openSite(ctx, cl, req.GetSecrets(), "", h.LocationID)
-	if isNotFound(err) {
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer s.release()
+	defer done()
 	e, err := cephcsi.Read(ctx, s.journal(), cephcsi.Volumes, h.UUID)
 	if err != nil || e == nil {
 		return &csi.DeleteVolumeResponse{}, err
@@ -103,7 +90,7 @@ func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeR
 	if err := cephcsi.Release(ctx, s.journal(), c.instance(), e); err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("ceph-csi volume deleted", "volume", raw, "subvolume", s.group+"/"+e.ImageName())
+	klog.FromContext(ctx).V(2).Info("ceph-csi volume deleted", "volume", h.String(), "subvolume", s.group+"/"+e.ImageName())
 	return &csi.DeleteVolumeResponse{}, nil
 }
 

@@ -153,6 +153,29 @@ func (c *Controller) siteOf(ctx context.Context, cl v1.Cluster, fscid int64, sec
 	return s, err
 }
 
+// deletionSite takes the operation lock of a delete of raw and opens the site of filesystem
+// fscid. gone reports a filesystem that no longer exists: nothing is left to delete. Unless
+// gone or failed, the caller defers done.
+func (c *Controller) deletionSite(ctx context.Context, op, field, clusterID string, fscid int64, raw string, secrets map[string]string) (_ context.Context, s site, done func(), gone bool, err error) {
+	cl, err := c.Cluster(clusterID, codes.FailedPrecondition, field)
+	if err != nil {
+		return ctx, s, nil, false, err
+	}
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, op, raw)
+	if err != nil {
+		return ctx, s, nil, false, err
+	}
+	s, err = c.openSite(ctx, cl, secrets, "", fscid)
+	if err != nil {
+		unlock()
+		if errors.Is(err, ceph.ErrNotFound) {
+			return ctx, s, nil, true, nil
+		}
+		return ctx, s, nil, false, err
+	}
+	return ctx, s, func() { s.release(); unlock() }, false, nil
+}
+
 // DeleteSnapshot drops the snapshot's own reference; the Ceph snapshot goes when no shallow
 // volume references it any more.
 func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
@@ -168,23 +191,11 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 		return c.deleteCSISnapshot(ctx, req, *sid.csi)
 	}
 	id := sid.mono
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
-	if err != nil {
-		return nil, err
+	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteSnapshot", "snapshot_id", id.ClusterID, id.FSCID, raw, req.GetSecrets())
+	if err != nil || gone {
+		return &csi.DeleteSnapshotResponse{}, err
 	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteSnapshot", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s, err := c.siteOf(ctx, cl, id.FSCID, req.GetSecrets(), "snapshot "+raw)
-	if status.Code(err) == codes.NotFound {
-		return &csi.DeleteSnapshotResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer s.release()
+	defer done()
 	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, id.SnapUID)
 	if err != nil || rec == nil {
 		return &csi.DeleteSnapshotResponse{}, err

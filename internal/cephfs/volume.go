@@ -442,23 +442,11 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return c.deleteCSIVolume(ctx, req, *vid.csi)
 	}
 	id := vid.mono
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
-	if err != nil {
-		return nil, err
+	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteVolume", "volume_id", id.ClusterID, id.FSCID, raw, req.GetSecrets())
+	if err != nil || gone {
+		return &csi.DeleteVolumeResponse{}, err
 	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteVolume", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s, err := c.openSite(ctx, cl, req.GetSecrets(), "", id.FSCID)
-	if errors.Is(err, ceph.ErrNotFound) {
-		return &csi.DeleteVolumeResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer s.release()
+	defer done()
 	rec, err := journal.Get(ctx, s.journal(), journal.Volume, id.UID)
 	if err != nil || rec == nil {
 		return &csi.DeleteVolumeResponse{}, err

@@ -235,35 +235,15 @@ func (c *Controller) giveBackCSI(ctx context.Context, loc radosop.Location, e *c
 // were restored from it), then C (into the RBD trash while those volumes need it; their
 // deletion purges it), then the journal entry. Nothing left is success.
 func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h cephcsi.Handle) (*csi.DeleteSnapshotResponse, error) {
-	raw := h.String()
-	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	ctx, t, done, err := c.deletionTarget(ctx, "DeleteSnapshot", "snapshot_id", h, cephcsi.Snapshots, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteSnapshot", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	conn, err := c.Connect(ctx, cl, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	loc, err := c.csiLocation(ctx, conn, h)
-	if isNotFound(err) {
+	defer done()
+	if t.poolGone || t.entry == nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	e, err := cephcsi.Read(ctx, loc, cephcsi.Snapshots, h.UUID)
-	if err != nil {
-		return nil, err
-	}
-	if e == nil {
-		return &csi.DeleteSnapshotResponse{}, nil
-	}
+	loc, e := t.loc, t.entry
 	clone := e.ImageName()
 	if _, err := radosop.WithConn(ctx, loc, "delete snapshot image "+clone, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		return struct{}{}, deleteCSIImage(r, io, loc, clone)
@@ -274,7 +254,7 @@ func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnaps
 	if err := cephcsi.Release(ctx, loc, c.instance(), e); err != nil {
 		return nil, err
 	}
-	klog.FromContext(ctx).V(2).Info("ceph-csi snapshot deleted", "snapshot", raw, "image", loc.String()+"/"+clone)
+	klog.FromContext(ctx).V(2).Info("ceph-csi snapshot deleted", "snapshot", h.String(), "image", loc.String()+"/"+clone)
 	return &csi.DeleteSnapshotResponse{}, nil
 }
 

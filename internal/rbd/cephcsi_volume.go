@@ -37,32 +37,15 @@ func transientSnapshot(name string) bool {
 // trashed snapshots need it), its -temp intermediate, trashed parents kept only for it, then
 // its journal entry.
 func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h cephcsi.Handle) (*csi.DeleteVolumeResponse, error) {
-	raw := h.String()
-	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, "volume_id")
+	ctx, t, done, err := c.deletionTarget(ctx, "DeleteVolume", "volume_id", h, cephcsi.Volumes, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "DeleteVolume", raw)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	conn, err := c.Connect(ctx, cl, req.GetSecrets())
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
-	loc, err := c.csiLocation(ctx, conn, h)
-	if isNotFound(err) {
+	defer done()
+	if t.poolGone {
 		return &csi.DeleteVolumeResponse{}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	e, err := cephcsi.Read(ctx, loc, cephcsi.Volumes, h.UUID)
-	if err != nil {
-		return nil, err
-	}
+	loc, e := t.loc, t.entry
 	// without an entry ceph-csi's own delete falls back to the default name too
 	name := cephcsi.Volumes.DefaultName(h.UUID)
 	if e != nil {
@@ -85,6 +68,45 @@ func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeR
 	}
 	klog.FromContext(ctx).V(2).Info("ceph-csi volume deleted", "image", loc.String()+"/"+name)
 	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// csiTarget is what a delete of a ceph-csi handle works on.
+type csiTarget struct {
+	loc      radosop.Location
+	entry    *cephcsi.Entry // nil: no journal entry (left, or never written)
+	poolGone bool           // the handle's pool is gone: nothing is left to delete
+}
+
+// deletionTarget takes the operation lock of a delete of h, connects and reads h's journal
+// entry. The caller defers done.
+func (c *Controller) deletionTarget(ctx context.Context, op, field string, h cephcsi.Handle, k cephcsi.Kind, secrets map[string]string) (context.Context, csiTarget, func(), error) {
+	var t csiTarget
+	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, field)
+	if err != nil {
+		return ctx, t, nil, err
+	}
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, op, h.String())
+	if err != nil {
+		return ctx, t, nil, err
+	}
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		unlock()
+		return ctx, t, nil, err
+	}
+	done := func() { conn.Release(); unlock() }
+	if t.loc, err = c.csiLocation(ctx, conn, h); isNotFound(err) {
+		t.poolGone = true
+		return ctx, t, done, nil
+	}
+	if err == nil {
+		t.entry, err = cephcsi.Read(ctx, t.loc, k, h.UUID)
+	}
+	if err != nil {
+		done()
+		return ctx, t, nil, err
+	}
+	return ctx, t, done, nil
 }
 
 // deleteCSIImage removes an image of ceph-csi's, or moves it to the RBD trash while snapshots
