@@ -139,8 +139,7 @@ func TestCephFSNodeTakeover(t *testing.T) {
 	must(t, fsa.CreateSubVolumeGroup(cl.FSName, group, nil))
 	extra := fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, group, group)
 	ns := cephcsitest.NewNS(t, cl, extra)
-	clusterMap := filepath.Join(ns.Dir, "clusters.json")
-	must(t, os.WriteFile(clusterMap, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q],%s}]`, cephcsitest.ClusterID, cl.Monitors, extra)), 0o600))
+	clusterMap, _ := cephcsitest.ClusterMap(t, cl, extra, ns.Dir)
 	secrets := map[string]string{"adminID": cl.Admin.ID, "adminKey": cl.Admin.Key()}
 
 	// ceph-csi: a volume with data, a snapshot, a shallow volume, both staged and published

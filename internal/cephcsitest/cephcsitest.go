@@ -29,6 +29,7 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/clustermap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -147,6 +148,24 @@ func ConfigJSON(cl cephtest.Cluster, extra string) string {
 		extra = "," + extra
 	}
 	return fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q]%s}]`, ClusterID, cl.Monitors, extra)
+}
+
+// ClusterMap writes ConfigJSON(cl, extra) as monoceph's cluster map (monoceph reads ceph-csi's
+// config.json as it is) into dir, or a temporary directory when dir is "", and loads it.
+func ClusterMap(t testing.TB, cl cephtest.Cluster, extra, dir string) (string, *clustermap.Store) {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	p := filepath.Join(dir, "clusters.json")
+	if err := os.WriteFile(p, []byte(ConfigJSON(cl, extra)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, err := clustermap.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, store
 }
 
 // NewNSFor makes the namespace with the given config.json.

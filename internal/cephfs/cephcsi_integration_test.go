@@ -13,7 +13,6 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
-	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -41,14 +40,7 @@ func newTakeover(t *testing.T) *takeover {
 	extra := fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, e.group, e.group)
 	ns := cephcsitest.NewNS(t, e.cl, extra)
 	d := ns.Start(t, cephcsitest.Options{Type: "cephfs", Controller: true})
-	p := filepath.Join(t.TempDir(), "clusters.json")
-	if err := os.WriteFile(p, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q],%s}]`, cephcsitest.ClusterID, e.cl.Monitors, extra)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, store := cephcsitest.ClusterMap(t, e.cl, extra, "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	e.ctrl = NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), CloneWait: time.Minute})

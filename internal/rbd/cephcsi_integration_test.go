@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
-	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,17 +34,8 @@ func newTakeover(t *testing.T) *takeover {
 	extra := fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, e.ns)
 	ns := cephcsitest.NewNS(t, e.cl, extra)
 	d := ns.Start(t, cephcsitest.Options{Type: "rbd", Controller: true})
-	// monoceph's map: the same clusterID and namespace as ceph-csi's config.json
-	dir := t.TempDir()
-	p := filepath.Join(dir, "clusters.json")
-	m := fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q],%s}]`, cephcsitest.ClusterID, e.cl.Monitors, extra)
-	if err := os.WriteFile(p, []byte(m), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// monoceph's map: ceph-csi's config.json
+	_, store := cephcsitest.ClusterMap(t, e.cl, extra, "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	e.ctrl = NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), MaxCloneDepth: 8})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -53,14 +52,7 @@ func newCephCSIEnv(t *testing.T) *cephcsiEnv {
 	extra := fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, ns)
 	cns := cephcsitest.NewNS(t, cl, extra)
 	d := cns.Start(t, cephcsitest.Options{Type: "rbd", Controller: true})
-	p := filepath.Join(t.TempDir(), "clusters.json")
-	if err := os.WriteFile(p, []byte(fmt.Sprintf(`[{"clusterID":%q,"monitors":[%q],%s}]`, cephcsitest.ClusterID, cl.Monitors, extra)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, store := cephcsitest.ClusterMap(t, cl, extra, "")
 	return &cephcsiEnv{cl: cl, ns: ns, cephcsi: csi.NewControllerClient(d.Conn), stop: d.Stop, secrets: cephcsitest.Secrets(cl), store: store, pool: pool}
 }
 
