@@ -37,10 +37,23 @@ func newTakeover(t *testing.T) *takeover {
 	if err := e.fsa.CreateSubVolumeGroup(e.cl.FSName, e.group, nil); err != nil {
 		t.Fatal(err)
 	}
-	extra := fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, e.group, e.group)
-	ns := cephcsitest.NewNS(t, e.cl, extra)
+	ns := cephcsitest.NewNS(t, e.cl, cephcsiExtra(e.group))
 	d := ns.Start(t, cephcsitest.Options{Type: "cephfs", Controller: true})
-	_, store := cephcsitest.ClusterMap(t, e.cl, extra, "")
+	e.serveCephCSIMap(t)
+	// ceph-csi's CephFS Secrets: the admin pair (monoceph's CephFS reads it first)
+	secrets := map[string]string{"adminID": e.cl.Admin.ID, "adminKey": e.cl.Admin.Key()}
+	return &takeover{env: e, cephcsi: csi.NewControllerClient(d.Conn), stop: d.Stop, secrets: secrets}
+}
+
+// cephcsiExtra is the cluster entry of ceph-csi's config.json for a takeover in group (and
+// journal namespace) group.
+func cephcsiExtra(group string) string {
+	return fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, group, group)
+}
+
+// serveCephCSIMap replaces e's controller by one whose cluster map is ceph-csi's config.json.
+func (e *env) serveCephCSIMap(t *testing.T) {
+	_, store := cephcsitest.ClusterMap(t, e.cl, cephcsiExtra(e.group), "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
 	e.ctrl = NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), CloneWait: time.Minute})
@@ -57,9 +70,6 @@ func newTakeover(t *testing.T) *takeover {
 	}
 	t.Cleanup(func() { conn.Close() })
 	e.client = csi.NewControllerClient(conn)
-	// ceph-csi's CephFS Secrets: the admin pair (monoceph's CephFS reads it first)
-	secrets := map[string]string{"adminID": e.cl.Admin.ID, "adminKey": e.cl.Admin.Key()}
-	return &takeover{env: e, cephcsi: csi.NewControllerClient(d.Conn), stop: d.Stop, secrets: secrets}
 }
 
 func (tk *takeover) req(name string, size int64, caps []*csi.VolumeCapability, src *csi.VolumeContentSource, extra ...string) *csi.CreateVolumeRequest {

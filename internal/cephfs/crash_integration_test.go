@@ -26,6 +26,8 @@ type crashOp struct {
 	SrcVol string
 	ID     string
 	Group  string
+	// CephCSI runs the op on a controller with ceph-csi's config.json as its map
+	CephCSI bool
 }
 
 const crashEnv = "MONOCEPH_CEPHFS_CRASH_OP"
@@ -59,6 +61,9 @@ func TestCrashChild(t *testing.T) {
 	}
 	e := newEnvIn(t, op.Group)
 	ctx := ctxT(t)
+	if op.CephCSI {
+		cephcsiCrashChild(t, ctx, e, op)
+	}
 	var err error
 	switch op.Kind {
 	case "create", "create-ro":

@@ -34,12 +34,17 @@ func newTakeover(t *testing.T) *takeover {
 	extra := fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, e.ns)
 	ns := cephcsitest.NewNS(t, e.cl, extra)
 	d := ns.Start(t, cephcsitest.Options{Type: "rbd", Controller: true})
-	// monoceph's map: ceph-csi's config.json
-	_, store := cephcsitest.ClusterMap(t, e.cl, extra, "")
+	e.ctrl = takeoverController(t, e)
+	return &takeover{env: e, cephcsi: csi.NewControllerClient(d.Conn), stop: d.Stop, secrets: cephcsitest.Secrets(e.cl)}
+}
+
+// takeoverController is a monoceph controller whose cluster map is ceph-csi's config.json of
+// a takeover in e's namespace.
+func takeoverController(t *testing.T, e *env) *Controller {
+	_, store := cephcsitest.ClusterMap(t, e.cl, fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, e.ns), "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	e.ctrl = NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), MaxCloneDepth: 8})
-	return &takeover{env: e, cephcsi: csi.NewControllerClient(d.Conn), stop: d.Stop, secrets: cephcsitest.Secrets(e.cl)}
+	return NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), MaxCloneDepth: 8})
 }
 
 // cephcsiParams are a ceph-csi StorageClass's parameters.
@@ -181,7 +186,7 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 	}
 	_, err = mc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-3", SourceVolumeId: bID, Secrets: tk.secrets})
 	mustCode(t, err, codes.AlreadyExists)
-	tk.assertCephCSISnapshotLayout(t, aID, s3ID)
+	tk.assertCephCSISnapshotLayout(t, aID, s3ID, "snap-3")
 
 	// ListSnapshots knows ceph-csi's and its own ceph-csi-format snapshots
 	list := func(req *csi.ListSnapshotsRequest) map[string]*csi.Snapshot {
@@ -314,7 +319,7 @@ func (tk *takeover) openImage(t *testing.T, name string) imageInfo {
 // assertCephCSISnapshotLayout checks that a snapshot monoceph made of a ceph-csi volume is laid
 // out as ceph-csi's own: a clone image of the volume's trashed snapshot with one snapshot of its
 // own name, and a journal entry ceph-csi can read.
-func (tk *takeover) assertCephCSISnapshotLayout(t *testing.T, volID, snapID string) {
+func (tk *takeover) assertCephCSISnapshotLayout(t *testing.T, volID, snapID, name string) {
 	t.Helper()
 	h, err := cephcsi.ParseHandle(snapID)
 	if err != nil {
@@ -345,11 +350,11 @@ func (tk *takeover) assertCephCSISnapshotLayout(t *testing.T, volID, snapID stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(vals["csi.snapname"]) != "snap-3" || string(vals["csi.imagename"]) != clone || string(vals["csi.source"]) != imageOf(t, volID) || len(vals["csi.imageid"]) == 0 {
+	if string(vals["csi.snapname"]) != name || string(vals["csi.imagename"]) != clone || string(vals["csi.source"]) != imageOf(t, volID) || len(vals["csi.imageid"]) == 0 {
 		t.Errorf("journal entry of %s: %q", snapID, vals)
 	}
 	dir, err := tk.io.GetAllOmapValues("csi.snaps.default", "", "", 100)
-	if err != nil || string(dir["csi.snap.snap-3"]) != h.UUID {
-		t.Errorf("directory entry of snap-3: %q, %v", dir, err)
+	if err != nil || string(dir["csi.snap."+name]) != h.UUID {
+		t.Errorf("directory entry of %s: %q, %v", name, dir, err)
 	}
 }

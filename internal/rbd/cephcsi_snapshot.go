@@ -164,17 +164,14 @@ func cutCSISnapshot(r *rados.Conn, io *rados.IOContext, image, clone string, max
 	if err := removeSnapshot(io, image, clone); err != nil {
 		return csiCut{}, err
 	}
-	img, err := rbd.OpenImage(io, clone, rbd.NoSnapshot)
-	if err != nil {
-		return csiCut{}, err
-	}
-	defer img.Close()
+	// the clone is open (watched) only while it changes: a watch a crash leaves keeps the
+	// image from being removed until the OSDs time it out
 	snap, ok := st.hasSnap(clone)
 	if !ok {
-		if _, err := img.CreateSnapshot(clone); err != nil {
-			return csiCut{}, err
-		}
-		if snap, err = userSnap(img, clone); err != nil {
+		if err := withImage(io, clone, func(img *rbd.Image) error {
+			_, err := img.CreateSnapshot(clone)
+			return err
+		}); err != nil {
 			return csiCut{}, err
 		}
 	}
@@ -182,7 +179,17 @@ func cutCSISnapshot(r *rados.Conn, io *rados.IOContext, image, clone string, max
 	if n, err := depth(r, io, clone, maxDepth); err != nil {
 		return csiCut{}, err
 	} else if n > maxDepth {
-		if err := img.Flatten(); err != nil {
+		if err := withImage(io, clone, (*rbd.Image).Flatten); err != nil {
+			return csiCut{}, err
+		}
+	}
+	img, err := rbd.OpenImageReadOnly(io, clone, rbd.NoSnapshot)
+	if err != nil {
+		return csiCut{}, err
+	}
+	defer img.Close()
+	if !ok {
+		if snap, err = userSnap(img, clone); err != nil {
 			return csiCut{}, err
 		}
 	}

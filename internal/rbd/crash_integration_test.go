@@ -25,6 +25,9 @@ type crashOp struct {
 	ID     string   // volume or snapshot ID, for deletes, publish and unpublish
 	Node   string   // for publish and unpublish
 	NS     string
+	// CephCSI runs the op on a controller with ceph-csi's config.json as its map (the IDs are
+	// ceph-csi handles)
+	CephCSI bool
 }
 
 const crashEnv = "MONOCEPH_RBD_CRASH_OP"
@@ -41,6 +44,9 @@ func TestCrashChild(t *testing.T) {
 	}
 	e := newEnvIn(t, op.NS)
 	ctx := ctxT(t)
+	if op.CephCSI {
+		cephcsiCrashChild(t, ctx, e, op)
+	}
 	var err error
 	switch op.Kind {
 	case "create":
