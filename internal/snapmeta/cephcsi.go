@@ -144,6 +144,8 @@ func (e *Engine) deltaCephCSI(ctx context.Context, r *rados.Conn, io *rados.IOCo
 	begin := uint64(asm.start)
 	log := klog.FromContext(ctx)
 
+	// which way a delta goes is logged at -v=2: comparing data reads both snapshots
+	why := "the snapshot images share no parent (one was flattened)"
 	tp, terr := t.GetParent()
 	bp, berr := b.GetParent()
 	if terr == nil && berr == nil && tp.Image.ImageID == bp.Image.ImageID && tp.Image.PoolName == bp.Image.PoolName && tp.Image.PoolNamespace == bp.Image.PoolNamespace {
@@ -152,13 +154,13 @@ func (e *Engine) deltaCephCSI(ctx context.Context, r *rados.Conn, io *rados.IOCo
 		}
 		err := diffByID(ctx, r, tp, bp, begin, size-begin, asm)
 		if err == nil {
-			log.V(4).Info("Delta of ceph-csi snapshots by snapshot ID", "image", tp.Image.ImageName)
+			log.V(2).Info("Delta of ceph-csi snapshots by snapshot ID", "image", tp.Image.ImageName)
 			return asm.finish()
 		}
 		if !errors.Is(err, rbd.ErrNotImplemented) {
 			return err
 		}
-		log.V(4).Info("librbd has no rbd_diff_iterate3 (Ceph before Reef 18.2.5)")
+		why = "librbd has no rbd_diff_iterate3 (Ceph before Reef 18.2.5)"
 	} else if err := olderImage(b, t, q); err != nil {
 		return err
 	}
@@ -167,7 +169,7 @@ func (e *Engine) deltaCephCSI(ctx context.Context, r *rados.Conn, io *rados.IOCo
 			"the changes between ceph-csi snapshots %s and %s need librbd's rbd_diff_iterate3 (Ceph Reef 18.2.5 or later) and both snapshot images unflattened; comparing their data instead is turned off (--snapshot-metadata-read-compare=false)",
 			q.Base.String(), q.Target.String())
 	}
-	log.V(4).Info("Delta of ceph-csi snapshots by comparing their data", "base", baseImg, "target", targetImg)
+	log.V(2).Info("Delta of ceph-csi snapshots by comparing their data", "base", baseImg, "target", targetImg, "reason", why)
 	if err := readCompare(ctx, b, t, begin, size, asm); err != nil {
 		return err
 	}
