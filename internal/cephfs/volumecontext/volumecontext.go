@@ -7,6 +7,7 @@ import (
 	"path"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/monoceph/monoceph/internal/cephname"
 )
@@ -94,7 +95,11 @@ func Parse(ctx map[string]string) (Volume, error) {
 		FuseMountOptions: ctx[FuseMountOptions], KernelMountOptions: ctx[KernelMountOptions],
 		Shallow: ctx[Shallow] == "true", SnapshotName: ctx[SnapshotName]}
 	if sp := ctx[CephCSISubvolumePath]; v.RootPath == "" && sp != "" {
-		// ceph-csi's context: checked below as rootPath
+		// ceph-csi's context, checked below as rootPath; its shallow volumes name their base
+		// directory with a trailing slash
+		if len(sp) > 1 {
+			sp = strings.TrimSuffix(sp, "/")
+		}
 		v.RootPath = sp
 		v.CephCSIShallow = SubvolumeBase(sp) && path.Base(sp) != ctx[CephCSISubvolumeName]
 	}

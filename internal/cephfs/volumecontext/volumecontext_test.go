@@ -46,6 +46,15 @@ func TestParse(t *testing.T) {
 		{name: "pre-provisioned root", ctx: with(RootPath, "/exports/team_a"), want: edit(func(v *Volume) { v.RootPath = "/exports/team_a" })},
 		{name: "filesystem root", ctx: with(RootPath, "/"), want: edit(func(v *Volume) { v.RootPath = "/" })},
 
+		// ceph-csi's contexts: the subvolume path names the root; a shallow volume's names the
+		// subvolume's base directory, with a trailing slash
+		{name: "ceph-csi volume", ctx: with(RootPath, "", CephCSISubvolumePath, root, CephCSISubvolumeName, "csi-vol-abcdefghijklmnop"), want: base},
+		{name: "ceph-csi shallow volume", ctx: with(RootPath, "", CephCSISubvolumePath, "/volumes/csi/csi-vol-abcdefghijklmnop/", CephCSISubvolumeName, "csi-vol-qrstuvwxyzabcdef"),
+			want: edit(func(v *Volume) { v.RootPath, v.CephCSIShallow = "/volumes/csi/csi-vol-abcdefghijklmnop", true })},
+		{name: "ceph-csi encrypted", ctx: with(Encrypted, "true"), want: edit(func(v *Volume) { v.Encrypted = true })},
+		{name: "ceph-csi path escaping", ctx: with(RootPath, "", CephCSISubvolumePath, "/volumes/../etc/"), msg: `volume_context["rootPath"] = "/volumes/../etc": want a clean absolute path`},
+		{name: "ceph-csi encrypted not a bool", ctx: with(Encrypted, "maybe"), msg: `volume_context["encrypted"] = "maybe": want true or false`},
+
 		// missing keys, in order
 		{name: "empty", ctx: map[string]string{}, msg: `volume_context["clusterID"] is missing`},
 		{name: "nil", ctx: nil, msg: `volume_context["clusterID"] is missing`},

@@ -35,6 +35,13 @@ func TestParse(t *testing.T) {
 		{name: "pre-provisioned image name", ctx: with(ImageName, "Legacy_Image.v2"), want: Image{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "Legacy_Image.v2", Mounter: MounterFuse}},
 
 		// missing keys, named in the order of the volume's address: cluster, pool, image
+		// ceph-csi's contexts: its mounter "rbd" is krbd; tryOtherMounters; encrypted
+		{name: "ceph-csi krbd", ctx: map[string]string{ClusterID: "local", Pool: "rbd", RadosNamespace: "k8s", ImageName: "csi-vol-abcdefghijklmnop",
+			Mounter: MounterCephCSIKRBD, TryOtherMounters: "true", Encrypted: "false"},
+			want: Image{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "csi-vol-abcdefghijklmnop", Mounter: MounterKRBD, TryOtherMounters: true}},
+		{name: "ceph-csi encrypted", ctx: with(Encrypted, "true"),
+			want: Image{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "csi-vol-abcdefghijklmnop", Mounter: MounterFuse, Encrypted: true}},
+		{name: "tryOtherMounters not a bool", ctx: with(TryOtherMounters, "sometimes"), msg: `volume_context["tryOtherMounters"] = "sometimes": want true or false`},
 		{name: "empty", ctx: map[string]string{}, msg: `volume_context["clusterID"] is missing`},
 		{name: "nil", ctx: nil, msg: `volume_context["clusterID"] is missing`},
 		{name: "no clusterID", ctx: with(ClusterID, ""), msg: `volume_context["clusterID"] is missing`},
