@@ -270,28 +270,6 @@ func (e *env) stepCephFS() {
 // published (discovery, service account token, TLS with the chart's generated CA), and
 // compares them with what rbd diff reports.
 func (e *env) stepChangedBlocks() {
-	ctx := context.Background()
-	if _, err := e.kc.CoreV1().ServiceAccounts("backup").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "backup"}}, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "backup-cbt"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: release + "-snapshot-metadata-client"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: "backup"}},
-	}, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	// as NOTES.txt says: the account may request its own token, and nobody else's
-	if _, err := e.kc.RbacV1().Roles("backup").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "backup-token"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}, ResourceNames: []string{"backup"}}}},
-		metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.kc.RbacV1().RoleBindings("backup").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "backup-token"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "backup-token"},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: "backup"}}}, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
 	pv := e.createPVC(claim{name: "cbt", class: "monoceph-rbd", size: "64Mi", mode: corev1.ReadWriteOnce})
 	m := e.mountPV(pv, false)
 	m.write("base", bytes.Repeat([]byte("a"), 1<<20))
@@ -300,16 +278,7 @@ func (e *env) stepChangedBlocks() {
 	s2 := e.snapshot("cbt-2", "cbt", "monoceph-rbd")
 	m.unmount()
 
-	kubeconfig := e.cp.Kubeconfig(e.t, e.cp.Token(e.t, "backup", "backup"))
-	out := e.shell(fmt.Sprintf("monoceph changed-blocks --timeout 2m --kubeconfig %s --service-account backup/backup -o json --base-snapshot cbt-1 %s/cbt-2", kubeconfig, userNS))
-	var got struct {
-		Type     string   `json:"blockMetadataType"`
-		Capacity int64    `json:"volumeCapacityBytes"`
-		Extents  []extent `json:"extents"`
-	}
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		e.t.Fatalf("changed-blocks output: %v\n%s", err, out)
-	}
+	got := e.changedBlocks(e.backupKubeconfig(release+"-snapshot-metadata-client"), "--base-snapshot cbt-1 "+userNS+"/cbt-2")
 
 	h1, err := volid.ParseRBDSnapshot(e.snapshotHandle(s1))
 	if err != nil {
@@ -342,6 +311,52 @@ func (e *env) stepChangedBlocks() {
 	e.deleteSnapshot(s2)
 	e.deleteSnapshot(s1)
 	e.deletePVC("cbt", pv)
+}
+
+// backupKubeconfig is the kubeconfig of a backup application, service account backup/backup
+// bound to the chart's client ClusterRole clusterRole, which may request its own token and
+// nobody else's (as NOTES.txt says).
+func (e *env) backupKubeconfig(clusterRole string) string {
+	ctx := context.Background()
+	if _, err := e.kc.CoreV1().ServiceAccounts("backup").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "backup"}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kc.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "backup-cbt"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: "backup"}},
+	}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kc.RbacV1().Roles("backup").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "backup-token"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}, ResourceNames: []string{"backup"}}}},
+		metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kc.RbacV1().RoleBindings("backup").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "backup-token"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "backup-token"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "backup", Namespace: "backup"}}}, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return e.cp.Kubeconfig(e.t, e.cp.Token(e.t, "backup", "backup"))
+}
+
+// cbtAnswer is what `monoceph changed-blocks -o json` answers.
+type cbtAnswer struct {
+	Type     string   `json:"blockMetadataType"`
+	Capacity int64    `json:"volumeCapacityBytes"`
+	Extents  []extent `json:"extents"`
+}
+
+// changedBlocks runs the changed-blocks command as the backup application of kubeconfig.
+func (e *env) changedBlocks(kubeconfig, args string) cbtAnswer {
+	e.t.Helper()
+	out := e.shell(fmt.Sprintf("monoceph changed-blocks --timeout 2m --kubeconfig %s --service-account backup/backup -o json %s", kubeconfig, args))
+	var got cbtAnswer
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		e.t.Fatalf("changed-blocks output: %v\n%s", err, out)
+	}
+	return got
 }
 
 type extent struct {

@@ -60,7 +60,7 @@ type takeover struct {
 func TestCephCSITakeoverEndToEnd(t *testing.T) {
 	e := newEnv(t)
 	e.installCluster()
-	for _, ns := range []string{userNS, csiRBDNS, csiFSNS} {
+	for _, ns := range []string{userNS, csiRBDNS, csiFSNS, "backup"} {
 		if _, err := e.kc.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -78,6 +78,7 @@ func TestCephCSITakeoverEndToEnd(t *testing.T) {
 	}{
 		{"ceph-csi provisions volumes and snapshots with data", (*env).stepCephCSIProvisions},
 		{"ceph-csi goes and monoceph is installed under its names (README)", (*env).stepSwapToMonoceph},
+		{"changed blocks between two of ceph-csi's VolumeSnapshots", (*env).stepCephCSIChangedBlocks},
 		{"monoceph serves ceph-csi's RBD volumes and snapshots", (*env).stepTakenOverRBD},
 		{"monoceph serves ceph-csi's CephFS volumes and snapshots and shallow volumes", (*env).stepTakenOverCephFS},
 		{"NetworkFence under ceph-csi's driver name and Secret", func(e *env, _ *takeover) {
@@ -288,9 +289,9 @@ func (e *env) writeFile(p, data string) {
 
 // helmInstallAll runs README blocks in one shell, each helm install command with the values
 // file for local processes appended (as helmInstall does for the plain install).
-func (e *env) helmInstallAll(script string) string {
+func (e *env) helmInstallAll(script string, extraValues ...string) string {
 	e.t.Helper()
-	values := e.localValues(false)
+	values := strings.Join(append([]string{e.localValues(false)}, extraValues...), " -f ")
 	var out []string
 	install := false // the line belongs to a helm install command
 	for _, line := range strings.Split(strings.TrimRight(script, "\n"), "\n") {
@@ -310,7 +311,12 @@ func (e *env) stepSwapToMonoceph(tk *takeover) {
 	e.stopCephCSI(tk)
 	// the README's commands: read ceph-csi's settings, install monoceph under its names
 	script := e.readmeBlock("cephcsi-settings") + e.readmeBlock("cephcsi-install")
-	out := e.helmInstallAll(script)
+	// plus the changed block service the README mentions next to the commands
+	cbt := filepath.Join(e.t.TempDir(), "cbt.yaml")
+	if err := os.WriteFile(cbt, []byte("rbd: {snapshotMetadata: {enabled: true}}\n"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	out := e.helmInstallAll(script, cbt)
 	if strings.Contains(out, e.ceph.Admin.Key()) {
 		e.t.Error("helm install printed the Ceph key")
 	}
@@ -322,6 +328,50 @@ func (e *env) stepSwapToMonoceph(tk *takeover) {
 			e.t.Fatalf("CSIDriver %s after the install: %v %v", name, d.GetLabels(), err)
 		}
 	}
+}
+
+// stepCephCSIChangedBlocks has a backup application list the blocks allocated in, and changed
+// between, two VolumeSnapshots ceph-csi made, through the SnapshotMetadataService of monoceph's
+// release. The image's librbd (Reef 18.2.7) diffs the volume between the two points in time by
+// their snapshot IDs (the Pacific path, comparing data, is TestChangedBlocksOfCephCSISnapshots').
+func (e *env) stepCephCSIChangedBlocks(tk *takeover) {
+	kubeconfig := e.backupKubeconfig("monoceph-rbd-snapshot-metadata-client")
+	for _, c := range []struct {
+		args string
+		want []extent
+	}{
+		{userNS + "/rbd-snap-1", []extent{{0, int64(len(tk.patterns[0]))}}},
+		{"--base-snapshot rbd-snap-1 " + userNS + "/rbd-snap-2", []extent{{8 << 20, int64(len(tk.patterns[8<<20]))}}},
+	} {
+		got := e.changedBlocks(kubeconfig, c.args)
+		if got.Capacity != 64<<20 || fmt.Sprint(coalesce(got.Extents)) != fmt.Sprint(c.want) {
+			e.t.Errorf("changed-blocks %s: capacity %d, extents %v; want 64 MiB and %v", c.args, got.Capacity, coalesce(got.Extents), c.want)
+		}
+	}
+	log := e.runner.logOf("monoceph-rbd-rbd-controller-", "/monoceph")
+	if !strings.Contains(log, "Delta of ceph-csi snapshots by snapshot ID") {
+		var lines []string
+		for _, l := range strings.Split(log, "\n") {
+			if strings.Contains(l, "Delta of ceph-csi") {
+				lines = append(lines, l)
+			}
+		}
+		e.t.Errorf("the controller did not log a delta by snapshot ID (Reef's rbd_diff_iterate3); %d bytes of log, its deltas: %q", len(log), lines)
+	}
+}
+
+// logOf is the log of the containers whose names have prefix and suffix.
+func (r *podRunner) logOf(prefix, suffix string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out strings.Builder
+	for _, p := range r.procs {
+		if strings.HasPrefix(p.Name, prefix) && strings.HasSuffix(p.Name, suffix) {
+			b, _ := os.ReadFile(p.Log)
+			out.Write(b)
+		}
+	}
+	return out.String()
 }
 
 func (e *env) stepTakenOverRBD(tk *takeover) {
