@@ -1,7 +1,6 @@
 package cephfs
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -22,7 +21,8 @@ const (
 	paramBackingSnapshot    = "backingSnapshot"
 )
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+// maxGroupLen bounds subvolume group names as the cluster map does.
+const maxGroupLen = 64
 
 type volumeParams struct {
 	ClusterID       string
@@ -51,12 +51,16 @@ func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error))
 		return v, controller.InvalidParam(paramClusterID, "is missing")
 	case v.FSName == "":
 		return v, controller.InvalidParam(paramFSName, "is missing")
-	case v.Group != "" && !namePattern.MatchString(v.Group):
-		return v, controller.InvalidParam(paramSubvolumeGroup, "%q: want 1-64 characters of [A-Za-z0-9._-]", v.Group)
+	case len(v.Group) > maxGroupLen:
+		return v, controller.InvalidParam(paramSubvolumeGroup, "%q: want at most %d characters", v.Group, maxGroupLen)
 	case v.Mounter != "" && v.Mounter != volumecontext.MounterFuse && v.Mounter != volumecontext.MounterKernel:
 		return v, controller.InvalidParam(paramMounter, "%q: want fuse or kernel", v.Mounter)
 	case strings.ContainsAny(v.KernelOptions, " \n"):
 		return v, controller.InvalidParam(paramKernelMountOptions, "must be one comma-separated list without spaces")
+	}
+	// the node's rules (volumecontext.Parse) for the filesystem and the subvolume path
+	if err := controller.NameParams(p, paramFSName, paramPool, paramSubvolumeGroup); err != nil {
+		return v, err
 	}
 	if s, ok := p[paramBackingSnapshot]; ok {
 		b, err := strconv.ParseBool(s)

@@ -76,6 +76,21 @@ func TestValidateCreateParams(t *testing.T) {
 		{"unknown cluster", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("clusterID", "x")}, "clusterID", nil},
 		{"group injection", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("subvolumeGroup", "../x")}, "subvolumeGroup", nil},
 		{"bad mounter", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("mounter", "nfs")}, "mounter", nil},
+		// names the node would refuse at stage (internal/cephname) are refused at create
+		{"names with dots and dashes", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx,
+			Parameters: p("fsName", "my-fs", "pool", "cephfs.my-fs.data", "subvolumeGroup", "k8s_group.1")}, "", func(t *testing.T, r request) {
+			if r.params.FSName != "my-fs" || r.params.Pool != "cephfs.my-fs.data" || r.params.Group != "k8s_group.1" {
+				t.Errorf("params %+v", r.params)
+			}
+		}},
+		{"fsName as an option", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("fsName", "-oX")}, `parameters["fsName"]`, nil},
+		{"fsName as a second mount option", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("fsName", "myfs,secretfile=/x")}, `parameters["fsName"]`, nil},
+		{"fsName as a path", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("fsName", "../myfs")}, `parameters["fsName"]`, nil},
+		{"pool as an option", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("pool", "--pool=x")}, `parameters["pool"]`, nil},
+		{"pool with a blank", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("pool", "data x")}, `parameters["pool"]`, nil},
+		{"group as an option", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("subvolumeGroup", "-g")}, `parameters["subvolumeGroup"]`, nil},
+		{"group as a dot file", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("subvolumeGroup", ".snap")}, `parameters["subvolumeGroup"]`, nil},
+		{"group too long", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("subvolumeGroup", strings.Repeat("g", 65))}, `parameters["subvolumeGroup"]`, nil},
 		{"kernel options with a space", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("kernelMountOptions", "ro, secretfile=/x")}, "kernelMountOptions", nil},
 		{"bad backingSnapshot", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rwx, Parameters: p("backingSnapshot", "maybe")}, "backingSnapshot", nil},
 		// ceph-csi's keys: accepted where they agree, refused naming the feature

@@ -12,6 +12,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephname"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -62,6 +63,20 @@ func (b Base) ConnectMgr(ctx context.Context, cl v1.Cluster, secrets map[string]
 // InvalidParam is INVALID_ARGUMENT naming a parameter.
 func InvalidParam(key, format string, a ...any) error {
 	return status.Errorf(codes.InvalidArgument, "parameters[%q]: %s", key, fmt.Sprintf(format, a...))
+}
+
+// NameParams checks that the values of keys present in p are strict Ceph names
+// (internal/cephname). The node refuses any other name (it reaches command lines and paths
+// there), so a class asking for one fails at CreateVolume instead of at every stage.
+func NameParams(p map[string]string, keys ...string) error {
+	for _, k := range keys {
+		if v, ok := p[k]; ok && v != "" {
+			if err := cephname.Check(v); err != nil {
+				return InvalidParam(k, "%q: %v", v, err)
+			}
+		}
+	}
+	return nil
 }
 
 // UnknownParams rejects keys that are neither known nor reserved, so a misspelt parameter

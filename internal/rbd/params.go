@@ -106,6 +106,10 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 	if v.nsSet && !volid.ValidNamespace(v.Namespace) {
 		return v, controller.InvalidParam(paramRadosNamespace, "%q: want at most %d characters of [A-Za-z0-9._-]", v.Namespace, volid.MaxNamespaceLen)
 	}
+	// the node's rules (volumecontext.Parse) for what reaches its rbd and rbd-fuse commands
+	if err := controller.NameParams(p, paramPool, paramDataPool, paramRadosNamespace); err != nil {
+		return v, err
+	}
 	return v, nil
 }
 

@@ -67,6 +67,20 @@ func TestParseVolumeParams(t *testing.T) {
 		{"bad fstype", with("csi.storage.k8s.io/fstype", "btrfs"), "csi.storage.k8s.io/fstype", nil},
 		{"namespace too long", with("radosNamespace", strings.Repeat("n", 33)), "radosNamespace", nil},
 		{"namespace injection", with("radosNamespace", "../x"), "radosNamespace", nil},
+		// names the node would refuse at stage (internal/cephname) are refused at create
+		{"pool and data pool with dots", with("pool", "k8s.rbd", "dataPool", "ec-data_1"), "", func(t *testing.T, v volumeParams) {
+			if v.Pool != "k8s.rbd" || v.DataPool != "ec-data_1" {
+				t.Errorf("pools = %q, %q", v.Pool, v.DataPool)
+			}
+		}},
+		{"pool as an option", with("pool", "-oX"), "pool", nil},
+		{"pool as a second argument", with("pool", "rbd --id admin"), "pool", nil},
+		{"pool as a path", with("pool", "../rbd"), "pool", nil},
+		{"pool too long", with("pool", strings.Repeat("p", 256)), "pool", nil},
+		{"data pool as an option", with("dataPool", "--keyfile=/etc/shadow"), "dataPool", nil},
+		{"data pool with a comma", with("dataPool", "ec,ro"), "dataPool", nil},
+		{"data pool as a dot file", with("dataPool", ".ec"), "dataPool", nil},
+		{"namespace as an option", with("radosNamespace", "-n"), "radosNamespace", nil},
 		// ceph-csi's StorageClass keys: accepted where they agree, refused naming the feature
 		{"ceph-csi krbd", with("mounter", "rbd", "tryOtherMounters", "true"), "", func(t *testing.T, v volumeParams) {
 			if v.Mounter != "krbd" || !v.TryOtherMounters {
