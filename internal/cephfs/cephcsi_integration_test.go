@@ -15,6 +15,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -169,6 +170,38 @@ func TestTakeOverCephCSICephFS(t *testing.T) {
 	}
 	_, err := mc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: sh1, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 * mib}, Secrets: tk.secrets})
 	mustCode(t, err, codes.InvalidArgument, "shallow")
+
+	// VolumeAttributesClass: ceph-csi's subvolume takes pins like monoceph's (read through a new
+	// mount each time: a client with the directory cached answers its old pin); its shallow
+	// volume has no subvolume to pin, its encrypted one is refused
+	pin := func() string {
+		t.Helper()
+		dir := filepath.Dir(filepath.Join(mountRoot(t), a.GetVolumeContext()["subvolumePath"]))
+		buf := make([]byte, 64)
+		n, err := unix.Getxattr(dir, "ceph.dir.pin", buf)
+		if err != nil {
+			t.Fatalf("getxattr %s: %v", dir, err)
+		}
+		return string(buf[:n])
+	}
+	modify := func(id string, p map[string]string) error {
+		_, err := mc.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: p, Secrets: tk.secrets})
+		return err
+	}
+	if err := modify(aID, map[string]string{"pinExport": "0"}); err != nil {
+		t.Fatalf("ModifyVolume of ceph-csi's volume: %v", err)
+	}
+	if got := pin(); got != "0" {
+		t.Fatalf("ceph.dir.pin %q after ModifyVolume to pinExport 0", got)
+	}
+	if err := modify(aID, nil); err != nil {
+		t.Fatalf("ModifyVolume of ceph-csi's volume to a class without pins: %v", err)
+	}
+	if got := pin(); got != "-1" {
+		t.Fatalf("ceph.dir.pin %q after ModifyVolume to a class without pins", got)
+	}
+	mustCode(t, modify(sh1, map[string]string{"pinExport": "0"}), codes.InvalidArgument, "shallow")
+	mustCode(t, modify(enc, map[string]string{"pinExport": "0"}), codes.FailedPrecondition, "encrypt")
 
 	// snapshots in ceph-csi's format; ceph-csi's class keys checked against the source
 	_, err = mc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-3", SourceVolumeId: aID, Secrets: tk.secrets, Parameters: map[string]string{"clusterID": "elsewhere"}})

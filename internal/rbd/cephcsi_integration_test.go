@@ -162,6 +162,26 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 		t.Fatalf("image size %d after expand", img.size)
 	}
 
+	// VolumeAttributesClass: ceph-csi's image takes QoS like monoceph's; its encrypted one is refused
+	modify := func(id string, p map[string]string) error {
+		_, err := mc.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: p, Secrets: tk.secrets})
+		return err
+	}
+	const iopsKey = "conf_rbd_qos_write_iops_limit"
+	if err := modify(aID, map[string]string{"qosWriteIopsLimit": "100"}); err != nil {
+		t.Fatalf("ModifyVolume of ceph-csi's volume: %v", err)
+	}
+	if got := tk.openImage(t, imageOf(t, aID)).meta[iopsKey]; got != "100" {
+		t.Fatalf("%s = %q after ModifyVolume to qosWriteIopsLimit 100", iopsKey, got)
+	}
+	if err := modify(aID, nil); err != nil {
+		t.Fatalf("ModifyVolume of ceph-csi's volume to a class without limits: %v", err)
+	}
+	if got, ok := tk.openImage(t, imageOf(t, aID)).meta[iopsKey]; ok {
+		t.Fatalf("%s = %q after ModifyVolume to a class without limits", iopsKey, got)
+	}
+	mustCode(t, modify(encID, map[string]string{"qosWriteIopsLimit": "100"}), codes.FailedPrecondition, "encrypt")
+
 	// snapshots: a clusterID naming another cluster is refused, naming both; ceph-csi's
 	// snapshot class keys are accepted
 	_, err = mc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-3", SourceVolumeId: aID, Secrets: tk.secrets,
@@ -300,7 +320,10 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 	tk.assertEmpty(t)
 }
 
-type imageInfo struct{ size int64 }
+type imageInfo struct {
+	size int64
+	meta map[string]string
+}
 
 func (tk *takeover) openImage(t *testing.T, name string) imageInfo {
 	t.Helper()
@@ -313,7 +336,11 @@ func (tk *takeover) openImage(t *testing.T, name string) imageInfo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return imageInfo{size: int64(size)}
+	meta, err := img.ListMetadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return imageInfo{size: int64(size), meta: meta}
 }
 
 // assertCephCSISnapshotLayout checks that a snapshot monoceph made of a ceph-csi volume is laid
