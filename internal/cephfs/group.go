@@ -9,6 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -69,6 +70,11 @@ func validateGroupCreate(req *csi.CreateVolumeGroupSnapshotRequest) ([]string, [
 	}
 	var vols []volid.CephFSVolume
 	for _, id := range ids {
+		if cephcsi.IsHandle(id) {
+			// its journal, names and snapshot layout are ceph-csi's; a group snapshot of it would
+			// need ceph-csi's group format, which the takeover does not implement
+			return nil, nil, status.Errorf(codes.FailedPrecondition, "source_volume_ids: %s is a volume ceph-csi created: group snapshots take only volumes monoceph created", id)
+		}
 		v, err := volid.ParseCephFSVolume(id)
 		if err != nil {
 			return nil, nil, controller.NotFoundf("source volume %q does not exist", id)
