@@ -13,6 +13,9 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
+	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -274,6 +277,51 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 		t.Fatal(err)
 	}
 	gID := g.GetVolume().GetVolumeId()
+
+	// ControllerPublish (the attacher: ceph-csi's CSIDriver and monoceph's both require
+	// attachment): ceph-csi's volume gets an attachment object of its own, keyed by its handle's
+	// UUID, beside a monoceph volume's in the same pool; a second node is refused while the
+	// first has it, and the holder check finds ceph-csi's image through its journal
+	snw := capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, false)
+	publish := func(id, node string) error {
+		_, err := mc.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: snw, Secrets: tk.secrets})
+		return err
+	}
+	unpublish := func(id, node string) error {
+		_, err := mc.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node, Secrets: tk.secrets})
+		return err
+	}
+	for _, id := range []string{aID, dID, aID} {
+		if err := publish(id, "node-1"); err != nil {
+			t.Fatalf("publish %s to node-1: %v", id, err)
+		}
+	}
+	mustCode(t, publish(aID, "node-2"), codes.FailedPrecondition, `"node-1"`)
+	loc := radosop.Location{Conn: tk.conn, Pool: tk.cl.RBDPool, Namespace: tk.ns}
+	for id, key := range map[string]string{aID: cephcsi.UUIDOf(aID), dID: mustVol(t, dID).UID} {
+		if st, err := attachment.Read(ctx, loc, key); err != nil || fmt.Sprint(st.Nodes()) != "[node-1]" {
+			t.Fatalf("attachment object %s of %s: published to %v, %v; want node-1", attachment.ObjectName(key), id, st.Nodes(), err)
+		}
+	}
+	release := tk.cl.HoldImage(t, "127.0.0.2", tk.cl.RBDPool, tk.ns, imageOf(t, aID), true)
+	mustCode(t, unpublish(aID, "node-1"), codes.FailedPrecondition, `"node-1"`, "127.0.0.2/32")
+	release()
+	for _, id := range []string{aID, dID, aID} {
+		if err := unpublish(id, "node-1"); err != nil {
+			t.Fatalf("unpublish %s from node-1: %v", id, err)
+		}
+	}
+	if left, err := cephtest.ObjectsWithPrefix(tk.io, "monoceph.attach."); err != nil || len(left) > 0 {
+		t.Fatalf("attachment objects after every unpublish: %v, %v", left, err)
+	}
+	// published to node-2 now, and left so: DeleteVolume removes its attachment (assertEmpty)
+	if err := publish(aID, "node-2"); err != nil {
+		t.Fatalf("publish to node-2 after node-1's unpublish: %v", err)
+	}
+	mustCode(t, publish(encID, "node-1"), codes.FailedPrecondition, "encrypt")
+	if err := unpublish(encID, "node-1"); err != nil {
+		t.Fatalf("unpublish of the encrypted volume, never published: %v", err)
+	}
 
 	// encrypted volumes: refused, except their deletion
 	_, err = mc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-enc", SourceVolumeId: encID, Secrets: tk.secrets})

@@ -11,6 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -35,7 +36,7 @@ func transientSnapshot(name string) bool {
 
 // deleteCSIVolume removes a ceph-csi volume: its image (into the RBD trash while clones of its
 // trashed snapshots need it), its -temp intermediate, trashed parents kept only for it, then
-// its journal entry.
+// its attachment object, then its journal entry.
 func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h cephcsi.Handle) (*csi.DeleteVolumeResponse, error) {
 	ctx, t, done, err := c.deletionTarget(ctx, "DeleteVolume", "volume_id", h, cephcsi.Volumes, req.GetSecrets())
 	if err != nil {
@@ -61,6 +62,11 @@ func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeR
 		return nil, err
 	}
 	faultpoint.Hit("rbd.DeleteCephCSIVolume.image")
+	// publications and node addresses of a volume the CO deleted without unpublishing; before
+	// the journal entry, by which an unpublish finds them
+	if err := attachment.Remove(ctx, loc, h.UUID); err != nil {
+		return nil, err
+	}
 	if e != nil {
 		if err := cephcsi.Release(ctx, loc, c.instance(), e); err != nil {
 			return nil, err

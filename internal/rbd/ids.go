@@ -57,6 +57,15 @@ func (s snapshotID) String() string {
 	return s.mono.String()
 }
 
+// attachKey names the volume's attachment object (attachment.Key): monoceph's UID, or the
+// UUID of ceph-csi's handle, which no UID can equal.
+func (v volumeID) attachKey() string {
+	if v.csi != nil {
+		return v.csi.UUID
+	}
+	return v.mono.UID
+}
+
 func (v volumeID) clusterID() string {
 	if v.csi != nil {
 		return v.csi.ClusterID

@@ -8,13 +8,14 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/holder"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
-	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -78,14 +79,10 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 		return nil, err
 	}
 	defer p.Conn.Release()
-	if v.id.csi != nil {
-		// attachment objects are keyed by monoceph's UID; ceph-csi's volumes have none yet
-		return nil, status.Errorf(codes.Unimplemented, "volume %q is ceph-csi's: publishing it is not supported yet", r.volumeID)
-	}
 	if err := c.checkNode(ctx, r.nodeID); err != nil {
 		return nil, err
 	}
-	_, err = attachment.Modify(ctx, p, v.id.mono.UID, "publish volume", func(st *attachment.State) error {
+	_, err = attachment.Modify(ctx, p, v.id.attachKey(), "publish volume", func(st *attachment.State) error {
 		if cur, ok := st.Published[r.nodeID]; ok {
 			if cur != r.pub {
 				return status.Errorf(codes.AlreadyExists, "volume %q is published to node %q as %s, not as %s", r.volumeID, r.nodeID, describe(cur), describe(r.pub))
@@ -196,11 +193,11 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if raw == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is missing")
 	}
-	id, err := volid.ParseRBDVolume(raw)
+	id, err := parseVolumeID(raw)
 	if err != nil {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil // names no volume: published nowhere
 	}
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
+	cl, err := c.Cluster(id.clusterID(), codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +210,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if err != nil {
 		return nil, err
 	}
-	p, gone, err := c.locate(ctx, cl, id.PoolID, id.Namespace, secrets)
+	p, image, gone, err := c.attachmentSite(ctx, cl, id, secrets)
 	if gone {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil
 	}
@@ -221,7 +218,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 		return nil, err
 	}
 	defer p.Conn.Release()
-	st, err := attachment.Read(ctx, p, id.UID)
+	st, err := attachment.Read(ctx, p, id.attachKey())
 	if err != nil {
 		return nil, err
 	}
@@ -230,12 +227,12 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 		targets = st.Nodes()
 	}
 	for _, n := range targets {
-		if err := c.checkReleased(ctx, p, id, st, n); err != nil {
+		if err := c.checkReleased(ctx, p, id, image, st, n); err != nil {
 			return nil, err
 		}
 	}
 	faultpoint.Hit("rbd.ControllerUnpublishVolume.checked")
-	_, err = attachment.Modify(ctx, p, id.UID, "unpublish volume", func(st *attachment.State) error {
+	_, err = attachment.Modify(ctx, p, id.attachKey(), "unpublish volume", func(st *attachment.State) error {
 		for _, n := range targets {
 			delete(st.Published, n)
 			delete(st.Clients, n)
@@ -256,12 +253,11 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 // still has live clients of the image. Its clients are those at the addresses its plugin
 // recorded; a node published before plugins recorded addresses is taken to own every client
 // when it is the only node the volume is published to.
-func (c *Controller) checkReleased(ctx context.Context, p radosop.Location, id volid.RBDVolume, st attachment.State, node string) error {
+func (c *Controller) checkReleased(ctx context.Context, p radosop.Location, id volumeID, image string, st attachment.State, node string) error {
 	pub, ok := st.Published[node]
 	if !ok || !pub.SingleNode() || !pub.Writer() {
 		return nil
 	}
-	image := rbdname.Image(id.UID)
 	holders, err := radosop.With(ctx, p, "list clients of "+image, func(io *rados.IOContext) (holder.Set, error) {
 		hs, err := holder.List(io, image)
 		if isNotFound(err) {
@@ -295,6 +291,37 @@ func (c *Controller) checkReleased(ctx context.Context, p radosop.Location, id v
 		"node %q still has volume %s open (%s) and is not fenced: unpublishing it would let another node write beside it; "+
 			"the node must unstage the volume first, or be fenced (taint it node.kubernetes.io/out-of-service, or fence %s with a NetworkFence)",
 		node, id.String(), live, addrList(live))
+}
+
+// attachmentSite is where ControllerUnpublishVolume finds a volume's attachment object and
+// image: for monoceph's volumes the place its ID names, for ceph-csi's the pool and image their
+// journal entry names. gone: the pool or ceph-csi's journal entry is gone, and with it every
+// publication (DeleteVolume removes the attachment object before the entry). The caller
+// releases the connection.
+func (c *Controller) attachmentSite(ctx context.Context, cl v1.Cluster, id volumeID, secrets map[string]string) (radosop.Location, string, bool, error) {
+	if id.csi == nil {
+		p, gone, err := c.locate(ctx, cl, id.mono.PoolID, id.mono.Namespace, secrets)
+		return p, rbdname.Image(id.mono.UID), gone, err
+	}
+	conn, err := c.Connect(ctx, cl, secrets)
+	if err != nil {
+		return radosop.Location{}, "", false, err
+	}
+	loc, err := c.csiLocation(ctx, conn, *id.csi)
+	var e *cephcsi.Entry
+	if err == nil {
+		// an encrypted volume is not refused here: it was never published, and unpublishing
+		// it must succeed
+		e, err = cephcsi.Read(ctx, loc, cephcsi.Volumes, id.csi.UUID)
+	}
+	if err == nil && e != nil && e.Name != "" {
+		return loc, e.ImageName(), false, nil
+	}
+	conn.Release()
+	if err == nil || isNotFound(err) {
+		return radosop.Location{}, "", true, nil
+	}
+	return radosop.Location{}, "", false, err
 }
 
 // addrList names the distinct addresses of holders, as CIDRs to fence.

@@ -5,7 +5,7 @@
 // controller never learns a node's address otherwise), and unpublishing a lost node and the
 // automatic fencing of out-of-service nodes read both.
 //
-//	object  monoceph.attach.<UID>   (the image's pool and RADOS namespace)
+//	object  monoceph.attach.<key>   (the image's pool and RADOS namespace; key: see Key)
 //	key     node.<node ID>    →  {"mode":"SINGLE_NODE_WRITER","readOnly":false}
 //	key     client.<node ID>  →  {"addrs":["10.0.0.5"],"at":"2026-11-24T08:00:00Z"}
 //
@@ -27,7 +27,9 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/volid"
 )
 
 const (
@@ -37,8 +39,23 @@ const (
 	maxKeys = 10000
 )
 
-// ObjectName is the attachment object of the volume whose ID ends in uid.
+// ObjectName is the attachment object of the volume whose key (see Key) is uid.
 func ObjectName(uid string) string { return "monoceph.attach." + uid }
+
+// Key is what names the attachment object of the volume volumeID identifies: the UID of a
+// monoceph ID, or the UUID of a ceph-csi handle (a volume ceph-csi created, which monoceph took
+// over; its image may sit next to monoceph's in one pool). The two can never coincide: a UID is
+// 16 base32 characters, a UUID 36 hexadecimal digits and hyphens, and both parsers accept
+// nothing else. ok is false for an ID of neither format (a pre-provisioned volume's own
+// handle), which has no attachment object.
+func Key(volumeID string) (key string, ok bool) {
+	if cephcsi.IsHandle(volumeID) {
+		h, err := cephcsi.ParseHandle(volumeID)
+		return h.UUID, err == nil
+	}
+	id, err := volid.ParseRBDVolume(volumeID)
+	return id.UID, err == nil
+}
 
 // Publication is one node a volume is published to.
 type Publication struct {

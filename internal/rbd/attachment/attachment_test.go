@@ -5,6 +5,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/cephcsi"
+	"github.com/monoceph/monoceph/internal/volid"
 )
 
 func TestDiff(t *testing.T) {
@@ -112,5 +115,47 @@ func TestPublicationKinds(t *testing.T) {
 func TestDecodeRejectsGarbage(t *testing.T) {
 	if _, err := decode("x", map[string][]byte{"node.n1": []byte("{")}); err == nil {
 		t.Fatal("a corrupt publication decoded")
+	}
+}
+
+// TestKey: monoceph's volumes are keyed by their UID, ceph-csi's by their handle's UUID, and no
+// key of one kind can be a key of the other (so a taken-over volume never shares an attachment
+// object with a volume of monoceph's in the same pool).
+func TestKey(t *testing.T) {
+	const uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	mono := volid.RBDVolume{ClusterID: "rook-ceph", PoolID: 3, Namespace: "ns", UID: "abcdefghijklmnop"}.String()
+	handle := cephcsi.Handle{ClusterID: "rook-ceph", LocationID: 3, UUID: uuid}.String()
+	for _, c := range []struct {
+		id, key string
+		ok      bool
+	}{
+		{mono, "abcdefghijklmnop", true},
+		{handle, uuid, true},
+		{volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: "c", PoolID: 1, UID: "abcdefghijklmnop"}, SnapUID: "bbcdefghijklmnop"}.String(), "", false},
+		{handle[:len(handle)-1], "", false}, // a truncated handle
+		{"0001-0009-rook-ceph-0000000000000003-" + "abcdefghijklmnop", "", false},
+		{"pre-provisioned-volume", "", false},
+		{"", "", false},
+	} {
+		key, ok := Key(c.id)
+		if ok != c.ok || (ok && key != c.key) {
+			t.Errorf("Key(%q) = %q, %v; want %q, %v", c.id, key, ok, c.key, c.ok)
+		}
+		if !ok {
+			continue
+		}
+		// the kinds are disjoint: a UUID is never a UID and a UID never a UUID
+		if cephcsi.IsHandle(c.id) == volid.ValidUID(key) || cephcsi.IsHandle(c.id) != (cephcsi.UUIDOf(key) == key) {
+			t.Errorf("key %q of %q could be a key of the other format", key, c.id)
+		}
+	}
+	for range 100 {
+		uid, err := volid.NewUID('a')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cephcsi.UUIDOf(uid) != "" {
+			t.Fatalf("UID %q reads as a UUID", uid)
+		}
 	}
 }

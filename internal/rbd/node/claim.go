@@ -14,7 +14,6 @@ import (
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/holder"
-	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -46,9 +45,10 @@ func (s *Server) claim(ctx context.Context, r stageRequest, monHost string) erro
 		return err
 	}
 	loc := radosop.Location{Conn: conn, Pool: r.image.Pool, Namespace: r.image.Namespace}
-	// a pre-provisioned volume with a handle of its own has no attachment object to record in
-	if id, err := volid.ParseRBDVolume(r.volumeID); err == nil && len(own) > 0 {
-		if err := s.recordClients(ctx, loc, id.UID, own); err != nil {
+	// a pre-provisioned volume with a handle of its own has no attachment object to record in;
+	// monoceph's volumes and ceph-csi's it took over have
+	if key, ok := attachment.Key(r.volumeID); ok && len(own) > 0 {
+		if err := s.recordClients(ctx, loc, key, own); err != nil {
 			return err
 		}
 	}
