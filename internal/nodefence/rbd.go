@@ -7,11 +7,14 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/holder"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
+	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"github.com/monoceph/monoceph/internal/volid"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -73,42 +76,77 @@ func (b *RBD) Clients(ctx context.Context, node string) (map[string][]netip.Addr
 		if err != nil || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != b.Driver {
 			continue // gone, or not ours
 		}
-		id, err := volid.ParseRBDVolume(pv.Spec.CSI.VolumeHandle)
-		if err != nil {
+		v, ok := siteOf(pv)
+		if !ok {
 			continue
 		}
 		nodeID := va.Annotations[nodeIDAnnotation]
 		if nodeID == "" {
 			nodeID = node
 		}
-		addrs, err := b.volumeClients(ctx, id, nodeID)
+		addrs, err := b.volumeClients(ctx, v, nodeID)
 		if err != nil {
 			return nil, err
 		}
 		for _, a := range addrs {
-			if !slices.Contains(out[id.ClusterID], a) {
-				out[id.ClusterID] = append(out[id.ClusterID], a)
+			if !slices.Contains(out[v.clusterID], a) {
+				out[v.clusterID] = append(out[v.clusterID], a)
 			}
 		}
 	}
 	return out, nil
 }
 
-func (b *RBD) volumeClients(ctx context.Context, id volid.RBDVolume, nodeID string) ([]netip.Addr, error) {
-	conn, err := b.Connect(ctx, id.ClusterID)
+// site is where a PV's image and attachment object are.
+type site struct {
+	clusterID string
+	poolID    int64  // monoceph's IDs name the pool by ID
+	pool      string // ceph-csi's volume contexts by name
+	namespace string
+	image     string
+	key       string // attachment.Key
+}
+
+// siteOf reads where the volume of a PV of this driver is: from monoceph's volume ID, or for a
+// volume ceph-csi created from its handle and the volume context the node stages it by.
+func siteOf(pv *corev1.PersistentVolume) (site, bool) {
+	handle := pv.Spec.CSI.VolumeHandle
+	key, ok := attachment.Key(handle)
+	if !ok {
+		return site{}, false
+	}
+	if id, err := volid.ParseRBDVolume(handle); err == nil {
+		return site{clusterID: id.ClusterID, poolID: id.PoolID, namespace: id.Namespace, image: rbdname.Image(id.UID), key: key}, true
+	}
+	h, _ := cephcsi.ParseHandle(handle)
+	img, err := volumecontext.Parse(pv.Spec.CSI.VolumeAttributes)
+	if err != nil {
+		return site{}, false
+	}
+	return site{clusterID: h.ClusterID, pool: img.Pool, namespace: img.Namespace, image: img.Name, key: key}, true
+}
+
+func (b *RBD) volumeClients(ctx context.Context, v site, nodeID string) ([]netip.Addr, error) {
+	conn, err := b.Connect(ctx, v.clusterID)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	pool, err := ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (string, error) { return r.GetPoolByID(id.PoolID) })
-	if ceph.Is(err, ceph.ErrNotFound) {
-		return nil, nil
+	pool := v.pool
+	if pool == "" {
+		pool, err = ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (string, error) { return r.GetPoolByID(v.poolID) })
+		if ceph.Is(err, ceph.ErrNotFound) {
+			return nil, nil
+		}
 	}
 	if err != nil {
 		return nil, err
 	}
-	loc := radosop.Location{Conn: conn, Pool: pool, Namespace: id.Namespace}
-	st, err := attachment.Read(ctx, loc, id.UID)
+	loc := radosop.Location{Conn: conn, Pool: pool, Namespace: v.namespace}
+	st, err := attachment.Read(ctx, loc, v.key)
+	if ceph.Is(err, ceph.ErrNotFound) {
+		return nil, nil // the pool a ceph-csi volume context names is gone
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +156,7 @@ func (b *RBD) volumeClients(ctx context.Context, id volid.RBDVolume, nodeID stri
 	if nodes := st.Nodes(); len(nodes) != 1 || nodes[0] != nodeID {
 		return nil, nil
 	}
-	image := rbdname.Image(id.UID)
+	image := v.image
 	hs, err := radosop.With(ctx, loc, "list clients of "+image, func(io *rados.IOContext) (holder.Set, error) {
 		return holder.List(io, image)
 	})
@@ -135,7 +173,7 @@ func (b *RBD) volumeClients(ctx context.Context, id volid.RBDVolume, nodeID stri
 		}
 	}
 	klog.FromContext(ctx).Info("No recorded client addresses for a volume published to the node only; taking its current clients",
-		"volume", id.String(), "addrs", out)
+		"volume", loc.String()+"/"+image, "addrs", out)
 	return out, nil
 }
 
