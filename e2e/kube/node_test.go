@@ -156,7 +156,7 @@ func (m *mounted) write(name string, data []byte) {
 // readAt reads n bytes at off of a block volume's device.
 func (m *mounted) readAt(off int64, n int) []byte {
 	m.e.t.Helper()
-	f, err := os.Open(m.target)
+	f, err := os.Open(m.on.host(m.target))
 	if err != nil {
 		m.e.t.Fatal(err)
 	}

@@ -457,7 +457,7 @@ func (e *env) stepTakenOverCephFS(tk *takeover) {
 	if got := sh.read("one"); got != "first" {
 		e.t.Errorf("shallow volume of ceph-csi's snapshot reads %q", got)
 	}
-	if err := os.WriteFile(filepath.Join(sh.target, "new"), []byte("x"), 0o600); !errors.Is(err, syscall.EROFS) {
+	if err := os.WriteFile(sh.path("new"), []byte("x"), 0o600); !errors.Is(err, syscall.EROFS) {
 		e.t.Errorf("writing to the shallow volume: %v, want EROFS", err)
 	}
 	// ceph-csi's snapshot goes for the CO but stays for the shallow volume
