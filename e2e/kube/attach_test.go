@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -167,14 +168,20 @@ func (e *env) secretOf(ref *corev1.SecretReference) map[string]string {
 	return out
 }
 
-// attachmentKeys lists the omap keys of an RBD volume's attachment object.
+// attachmentKeys lists the omap keys of an RBD volume's attachment object (of a volume of
+// monoceph's or of one ceph-csi created; "" when there is none).
 func (e *env) attachmentKeys(pv *corev1.PersistentVolume) string {
 	e.t.Helper()
-	id, err := volid.ParseRBDVolume(pv.Spec.CSI.VolumeHandle)
-	if err != nil {
-		e.t.Fatal(err)
+	key, ok := attachment.Key(pv.Spec.CSI.VolumeHandle)
+	if !ok {
+		e.t.Fatalf("PV %s: volume handle %s has no attachment object", pv.Name, pv.Spec.CSI.VolumeHandle)
 	}
-	out, err := e.cephCmd("rados", "-p", e.ceph.RBDPool, "--namespace", id.Namespace, "listomapkeys", "monoceph.attach."+id.UID)
+	oid := attachment.ObjectName(key)
+	ns := pv.Spec.CSI.VolumeAttributes["radosNamespace"] // both drivers' volume contexts name it
+	if _, err := e.cephCmd("rados", "-p", e.ceph.RBDPool, "--namespace", ns, "stat", oid); err != nil {
+		return ""
+	}
+	out, err := e.cephCmd("rados", "-p", e.ceph.RBDPool, "--namespace", ns, "listomapkeys", oid)
 	if err != nil {
 		e.t.Fatal(err)
 	}

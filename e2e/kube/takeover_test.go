@@ -376,13 +376,27 @@ func (r *podRunner) logOf(prefix, suffix string) string {
 
 func (e *env) stepTakenOverRBD(tk *takeover) {
 	a := tk.pvs["rbd-a"]
-	m := e.mountPV(a, false)
+	// a pod on node A: the attach/detach controller's VolumeAttachment names ceph-csi's
+	// driver, and monoceph's attacher publishes ceph-csi's volume (the PV names no
+	// controller-publish secret, as ceph-csi's classes do not: ceph-csi's Secret, the chart's
+	// Ceph user, is used)
+	onA := e.nodes[nodeA]
+	pod := e.appPod("cephcsi-rbd-a", onA, "rbd-a")
+	m := e.kubeletMount(pod, onA, a, 2*time.Minute)
 	for off, want := range tk.patterns {
 		if got := m.readAt(off, len(want)); !bytes.Equal(got, want) {
 			e.t.Errorf("ceph-csi's volume through monoceph: %d bytes at %d differ from what was written", len(want), off)
 		}
 	}
-	m.unmount()
+	// its attachment object is keyed by the handle's UUID (attachment.Key): node A's
+	// publication (the controller) and its client addresses (A's plugin, at NodeStageVolume)
+	if keys := e.attachmentKeys(a); keys != "client."+onA.name+",node."+onA.name {
+		e.t.Errorf("attachment object of ceph-csi's volume: keys %q; want node A's publication and client addresses", keys)
+	}
+	e.kubeletStop(pod, onA, m)
+	if keys := e.attachmentKeys(a); keys != "" {
+		e.t.Errorf("attachment object of ceph-csi's volume after the detach: keys %q", keys)
+	}
 	image := e.ceph.RBDPool + "/" + a.Spec.CSI.VolumeAttributes["imageName"]
 	tk.pvs["rbd-a"] = e.expand("rbd-a", "128Mi")
 	if size, err := e.rbdSize(image); err != nil || size != 128<<20 {
