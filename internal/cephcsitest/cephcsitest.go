@@ -75,8 +75,10 @@ var (
 	extractErr  error
 )
 
-// Binary returns the path of the unpacked ceph-csi binary (unpacked once per process, into a
-// temporary directory removed at exit by the OS's tmp cleaning, not committed anywhere).
+// Binary returns the path of the unpacked ceph-csi binary. It is unpacked once per machine,
+// to a path in the temporary directory named after the archive's size and modification time,
+// and shared by every test process after that: one per process (85 MB each) piled up in /tmp,
+// since no process can know it is the last to need it.
 func Binary(t testing.TB) string {
 	t.Helper()
 	extractOnce.Do(func() {
@@ -88,8 +90,14 @@ func Binary(t testing.TB) string {
 			extracted = src
 			return
 		}
-		dst := filepath.Join(os.TempDir(), fmt.Sprintf("monoceph-cephcsi-%d", os.Getpid()))
-		extractErr = gunzip(src, dst)
+		var fi os.FileInfo
+		if fi, extractErr = os.Stat(src); extractErr != nil {
+			return
+		}
+		dst := filepath.Join(os.TempDir(), fmt.Sprintf("monoceph-cephcsi-%s-%d-%d", Version, fi.Size(), fi.ModTime().Unix()))
+		if _, err := os.Stat(dst); err != nil {
+			extractErr = gunzip(src, dst)
+		}
 		extracted = dst
 	})
 	if extractErr != nil {
@@ -111,18 +119,25 @@ func gunzip(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	out, err := os.OpenFile(dst+".part", os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o755)
+	// a file of this process's own, renamed into place whole: test processes of several
+	// packages may unpack at the same time, and none may run a half-written binary
+	out, err := os.CreateTemp(filepath.Dir(dst), filepath.Base(dst)+".part*")
 	if err != nil {
 		return err
 	}
+	defer os.Remove(out.Name())
 	if _, err := io.Copy(out, zr); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Chmod(0o755); err != nil {
 		out.Close()
 		return err
 	}
 	if err := out.Close(); err != nil {
 		return err
 	}
-	return os.Rename(dst+".part", dst)
+	return os.Rename(out.Name(), dst)
 }
 
 // NS is a private mount namespace holding ceph-csi's configuration, kept alive by a holder
