@@ -396,8 +396,11 @@ func (e *env) stepTwoNodes() {
 	// node A is repaired: the taint goes, the fence is lifted, its kubelet cleans up
 	e.setTaint(a.name, false)
 	e.waitFor(time.Minute, "node A unfenced", func() (bool, string) {
-		out, err := e.cephCmd("ceph", "osd", "blocklist", "ls")
-		return err == nil && !strings.Contains(out, a.ip+":0/32"), out
+		out, err := e.cephCmdWithin(15*time.Second, nil, "ceph", "osd", "blocklist", "ls")
+		if err != nil {
+			return false, err.Error()
+		}
+		return !strings.Contains(out, a.ip+":0/32"), out
 	})
 	if e.eventsOfReason(a.name, "Unfenced") == 0 {
 		e.t.Error("no Unfenced event on node A")

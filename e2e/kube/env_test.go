@@ -179,7 +179,13 @@ func (e *env) cephCmd(args ...string) (string, error) { return e.cephCmdEnv(nil,
 
 // cephCmdEnv is cephCmd with more environment variables.
 func (e *env) cephCmdEnv(env []string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return e.cephCmdWithin(time.Minute, env, args...)
+}
+
+// cephCmdWithin is cephCmdEnv bounded by d: a wait that polls the cluster gets more than one
+// try even when one command hangs.
+func (e *env) cephCmdWithin(d time.Duration, env []string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	if env != nil {

@@ -145,14 +145,16 @@ func listenOn(arg, ip string) string {
 }
 
 // kubeletStep does once what the kubelets of the live nodes do on their own: run the pods the
-// release's controllers created (a rollout's, the upgrade hook's) and finish the deletion of
+// chart's controllers created (a rollout's, the upgrade hook's) and finish the deletion of
 // pods on their nodes by stopping their containers. A lost node's kubelet does nothing: its
 // pods stay as they are until the pod garbage collector removes them. It returns the pods it
 // started. Steps call it while they wait (it runs in the test's goroutine).
 func (e *env) kubeletStep() []string {
 	e.t.Helper()
 	ctx := context.Background()
-	list, err := e.kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release})
+	// every release of the chart, in any namespace: the takeover installs two, under
+	// ceph-csi's names and namespaces
+	list, err := e.kc.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=monoceph"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func (e *env) kubeletStep() []string {
 		case pod.DeletionTimestamp != nil:
 			e.runner.stopPod(pod.Name)
 			zero := int64(0)
-			if err := e.kc.CoreV1().Pods(namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+			if err := e.kc.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
 				e.t.Fatal(err)
 			}
 		case pod.Status.Phase == corev1.PodPending && !e.runner.started(pod.Name):
@@ -176,6 +178,7 @@ func (e *env) kubeletStep() []string {
 			if !pod.Spec.HostNetwork {
 				for _, other := range list.Items {
 					if other.Name != pod.Name && !other.Spec.HostNetwork &&
+						other.Labels["app.kubernetes.io/instance"] == pod.Labels["app.kubernetes.io/instance"] &&
 						other.Labels["app.kubernetes.io/component"] == pod.Labels["app.kubernetes.io/component"] {
 						e.runner.stopPod(other.Name)
 					}
