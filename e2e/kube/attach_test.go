@@ -400,7 +400,7 @@ func (e *env) stepTwoNodes() {
 		if err != nil {
 			return false, err.Error()
 		}
-		return !strings.Contains(out, a.ip+":0/32"), out
+		return !listsEntry(out, a.ip+":0/32"), out
 	})
 	if e.eventsOfReason(a.name, "Unfenced") == 0 {
 		e.t.Error("no Unfenced event on node A")

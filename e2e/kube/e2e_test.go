@@ -409,7 +409,7 @@ func (e *env) fenceWith(driver, ns, secret, clusterID string) {
 	const cidr = "198.51.100.16/28"
 	// Ceph lists a range as <network>:0/<prefix>
 	entry := "198.51.100.16:0/28"
-	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || strings.Contains(out, entry) {
+	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || listsEntry(out, entry) {
 		e.t.Fatalf("blocklist before the fence: %v; already has %s? %s", err, entry, out)
 	}
 	e.t.Cleanup(func() {
@@ -430,7 +430,7 @@ func (e *env) fenceWith(driver, ns, secret, clusterID string) {
 		e.t.Fatal(err)
 	}
 	e.waitFence("fencing operation successful")
-	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || !strings.Contains(out, entry) {
+	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || !listsEntry(out, entry) {
 		e.t.Fatalf("blocklist after the fence lacks %s: %s %v", entry, out, err)
 	}
 	// deleting a NetworkFence does not unfence (csi-addons v0.14.0 only drops its finalizer):
@@ -446,7 +446,7 @@ func (e *env) fenceWith(driver, ns, secret, clusterID string) {
 		e.t.Fatal(err)
 	}
 	e.waitFence("unfencing operation successful")
-	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || strings.Contains(out, entry) {
+	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || listsEntry(out, entry) {
 		e.t.Fatalf("blocklist after the unfence still has %s: %s %v", entry, out, err)
 	}
 	if err := e.dyn.Resource(networkFences).Delete(ctx, "e2e-fence", metav1.DeleteOptions{}); err != nil {

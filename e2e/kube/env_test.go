@@ -200,6 +200,19 @@ func (e *env) cephCmdWithin(d time.Duration, env []string, args ...string) (stri
 	return out.String(), err
 }
 
+// listsEntry reports whether `ceph osd blocklist ls` output lists entry (an address or a range
+// as <network>:0/<prefix>) as an entry of its own: a substring test would also find a range
+// such as 127.0.0.2:0/32 inside a client's entry 127.0.0.2:0/3243308824 (its nonce), which
+// librbd blocklists when another node breaks the client's exclusive lock.
+func listsEntry(out, entry string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[0] == entry {
+			return true
+		}
+	}
+	return false
+}
+
 // readmeBlock returns the shell commands of the README's fenced block after the marker
 // <!-- e2e:name -->: the test runs the documented commands themselves.
 func (e *env) readmeBlock(name string) string {

@@ -7,9 +7,11 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -270,6 +272,8 @@ func (e *env) startPodsOf(ns, rel string, drivers map[string]string) {
 		e.runner.socketReady(e.t, p.Name, sock, 30*time.Second)
 		e.checkProbes(&p)
 	}
+	// the node plugins serve: the kubelets register them
+	e.registerDrivers(slices.Collect(maps.Values(drivers))...)
 }
 
 // checkProbes calls every HTTP probe of a pod's containers as the kubelet would, so a wrong

@@ -114,6 +114,34 @@ func (e *env) createNodes() {
 	}
 }
 
+// registerDrivers adds drivers to the CSINode objects of nodes A and B, as their kubelets do
+// when node plugins of those names register (the takeover's, under ceph-csi's names).
+func (e *env) registerDrivers(drivers ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, n := range e.nodes {
+		if n.name == controlNode {
+			continue
+		}
+		cn, err := e.kc.StorageV1().CSINodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		changed := false
+		for _, d := range drivers {
+			if !slices.ContainsFunc(cn.Spec.Drivers, func(have storagev1.CSINodeDriver) bool { return have.Name == d }) {
+				cn.Spec.Drivers = append(cn.Spec.Drivers, storagev1.CSINodeDriver{Name: d, NodeID: n.name})
+				changed = true
+			}
+		}
+		if changed {
+			if _, err := e.kc.StorageV1().CSINodes().Update(ctx, cn, metav1.UpdateOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+}
+
 // nodeOf is the node a pod runs on: the one it is bound to, or, in place of the scheduler,
 // the one its DaemonSet affinity names, else the control plane node.
 func (r *podRunner) nodeOf(pod *corev1.Pod) *node {

@@ -1,0 +1,22 @@
+package kube
+
+import "testing"
+
+func TestListsEntry(t *testing.T) {
+	out := "127.0.0.2:0/3243308824 2026-11-24T17:39:06.405696+0000\n" +
+		"198.51.100.16:0/28 2026-11-24T18:00:00.000000+0000\n"
+	for _, tt := range []struct {
+		entry string
+		want  bool
+	}{
+		{"127.0.0.2:0/32", false}, // a client whose nonce starts with 32 is not the range
+		{"127.0.0.2:0/3243308824", true},
+		{"198.51.100.16:0/28", true},
+		{"198.51.100.16:0/2", false},
+		{"", false},
+	} {
+		if got := listsEntry(out, tt.entry); got != tt.want {
+			t.Errorf("listsEntry(%q) = %v, want %v", tt.entry, got, tt.want)
+		}
+	}
+}
