@@ -407,7 +407,7 @@ func (e *env) fenceWith(driver, ns, secret, clusterID string) {
 		return false, fmt.Sprint(seen)
 	})
 	const cidr = "198.51.100.16/28"
-	// Ceph lists a range as <network>:0/<prefix>
+	// a range is <network>:0/<prefix> (listed with a cidr: prefix, see listsEntry)
 	entry := "198.51.100.16:0/28"
 	if out, err := e.cephCmd("ceph", "osd", "blocklist", "ls"); err != nil || listsEntry(out, entry) {
 		e.t.Fatalf("blocklist before the fence: %v; already has %s? %s", err, entry, out)

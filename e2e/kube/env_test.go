@@ -200,13 +200,14 @@ func (e *env) cephCmdWithin(d time.Duration, env []string, args ...string) (stri
 	return out.String(), err
 }
 
-// listsEntry reports whether `ceph osd blocklist ls` output lists entry (an address or a range
-// as <network>:0/<prefix>) as an entry of its own: a substring test would also find a range
-// such as 127.0.0.2:0/32 inside a client's entry 127.0.0.2:0/3243308824 (its nonce), which
-// librbd blocklists when another node breaks the client's exclusive lock.
+// listsEntry reports whether `ceph osd blocklist ls` output lists entry (an address, or a range
+// as <network>:0/<prefix>, which Ceph lists as cidr:<network>:0/<prefix>) as an entry of its
+// own: a substring test would also find the range 127.0.0.2:0/32 inside a client's entry
+// 127.0.0.2:0/3243308824 (its nonce), which librbd adds when another node breaks the
+// client's exclusive lock.
 func listsEntry(out, entry string) bool {
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[0] == entry {
+		if f := strings.Fields(line); len(f) > 0 && strings.TrimPrefix(f[0], "cidr:") == entry {
 			return true
 		}
 	}
