@@ -111,14 +111,23 @@ func (e *env) startCephCSI(tk *takeover) {
 	for _, typ := range []string{"rbd", "cephfs"} {
 		d := tk.ns.Start(e.runner.t, cephcsitest.Options{Type: typ, Controller: true})
 		tk.drivers = append(tk.drivers, d)
-		for _, sc := range []struct{ name, bin string }{{"provisioner", "csi-provisioner"}, {"snapshotter", "csi-snapshotter"}} {
-			args := []string{"--csi-address=" + d.Socket, "--kubeconfig=" + e.adminKC, "--leader-election=false", "--extra-create-metadata",
-				"--timeout=150s", "--v=2"}
-			if sc.name == "provisioner" {
+		sidecars := []string{"provisioner", "snapshotter"}
+		if typ == "rbd" {
+			// as in ceph-csi's RBD provisioner pod: rbd.csi.ceph.com requires attachment, and
+			// the attacher also lifts its finalizer from PVs being deleted (one monoceph's
+			// attacher put on a volume it attached keeps the PV until then)
+			sidecars = append(sidecars, "attacher")
+		}
+		for _, sc := range sidecars {
+			args := []string{"--csi-address=" + d.Socket, "--kubeconfig=" + e.adminKC, "--leader-election=false", "--timeout=150s", "--v=2"}
+			switch sc {
+			case "provisioner":
 				// ceph-csi's RBD plugin reports topology; its charts run without the feature
-				args = append(args, "--feature-gates=Topology=false")
+				args = append(args, "--extra-create-metadata", "--feature-gates=Topology=false")
+			case "snapshotter":
+				args = append(args, "--extra-create-metadata")
 			}
-			e.runner.start(e.runner.t, "ceph-csi", "ceph-csi-"+typ+"/"+sc.name, filepath.Join(e.bin, sc.bin), args, nil, "")
+			e.runner.start(e.runner.t, "ceph-csi", "ceph-csi-"+typ+"/"+sc, filepath.Join(e.bin, "csi-"+sc), args, nil, "")
 		}
 	}
 	yes, no := true, false
