@@ -113,9 +113,9 @@ func (e *env) startCephCSI(tk *takeover) {
 		tk.drivers = append(tk.drivers, d)
 		sidecars := []string{"provisioner", "snapshotter"}
 		if typ == "rbd" {
-			// as in ceph-csi's RBD provisioner pod: rbd.csi.ceph.com requires attachment, and
-			// the attacher also lifts its finalizer from PVs being deleted (one monoceph's
-			// attacher put on a volume it attached keeps the PV until then)
+			// as in ceph-csi's RBD provisioner pod: rbd.csi.ceph.com requires attachment. Without
+			// ControllerPublishVolume in ceph-csi, its attacher marks attachments attached and
+			// never touches PV finalizers: the README's way back lifts those monoceph's put
 			sidecars = append(sidecars, "attacher")
 		}
 		for _, sc := range sidecars {
