@@ -57,17 +57,15 @@ RUN apt-get update \
       ceph-common \
 # the CephFS fuse mounter
       ceph-fuse \
-# the RBD fuse mounter (rbd-fuse, then a loop device)
-      rbd-fuse \
 # the RBD nbd mounter's daemon
       rbd-nbd \
-# fusermount3 and /etc/fuse.conf for libfuse, which ceph-fuse and rbd-fuse use
+# fusermount3 and /etc/fuse.conf for libfuse, which ceph-fuse uses
       fuse3 \
 # mkfs.ext4, e2fsck and resize2fs (formatting, checking and growing RBD volumes)
       e2fsprogs \
 # mkfs.xfs and xfs_growfs
       xfsprogs \
-# mount, umount and losetup (the rbd-fuse loop device)
+# mount, umount and losetup (the fuse RBD mounter's loop device)
       mount \
 # blkid, fsck and blockdev (mount-utils' format and resize)
       util-linux \

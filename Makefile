@@ -81,9 +81,8 @@ test: build $(TEST_TOOLS)
 
 # The csi-sanity suites (e2e/sanity: RBD mount, RBD block, CephFS), one at a time: each starts
 # a driver on the shared cluster, and an unfiltered ListSnapshots rightly sees the other
-# suite's snapshots. The RBD suites run bin/monoceph as the fuse mounter's server where the
-# node's rbd-fuse cannot serve a pool or namespace (Reef, Tentacle): it is built first, with
-# the libraries the suites run with.
+# suite's snapshots. The RBD suites use the fuse mounter, whose server is the driver itself
+# (librbd of the libraries the suites run with), in a RADOS namespace.
 sanity: build $(TEST_TOOLS)
 	@set -o pipefail; rm -f $(BIN)/sanity.log; $(CEPH_ENV) && $(TEST_ENV) && \
 	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \

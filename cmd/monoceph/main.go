@@ -33,8 +33,8 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	var cfg driver.Config
 	var typ, mode string
 	fs.StringVar(&typ, "type", "", "storage backend: rbd or cephfs")
-	fs.StringVar(&mode, "mode", string(driver.ModeAll), "CSI services to run: controller, node or all")
-	fs.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("CSI_ENDPOINT"), "CSI endpoint, unix:///path/to/csi.sock (default $CSI_ENDPOINT)")
+	fs.StringVar(&mode, "mode", string(driver.ModeAll), "what to run: the CSI services of controller, node or all; or mounter, the node's mount holder")
+	fs.StringVar(&cfg.Endpoint, "endpoint", os.Getenv("CSI_ENDPOINT"), "CSI endpoint, unix:///path/to/csi.sock (default $CSI_ENDPOINT); in mounter mode the holder's socket (default unix:///<state-dir>/<driver name>/mounter.sock)")
 	fs.StringVar(&cfg.NodeID, "nodeid", "", "this node's ID (required in node and all modes)")
 	fs.StringVar(&cfg.DriverName, "drivername", "", "CSI driver name (default "+driver.DefaultRBDDriverName+" or "+driver.DefaultCephFSDriverName+")")
 	fs.StringVar(&cfg.ClusterConfig, "cluster-config", "/etc/monoceph/clusters.json", "path of the cluster map (JSON)")
@@ -45,6 +45,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.DurationVar(&cfg.HealthTimeout, "health-timeout", 5*time.Second, "bound on one /healthz check")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", 30*time.Second, "time in-flight RPCs get to finish after SIGTERM")
 	fs.DurationVar(&cfg.NodeCommandTimeout, "node-command-timeout", rbdnode.DefaultFilesystemTimeout, "bound on each filesystem command of a node: mkfs, fsck, resize2fs, xfs_growfs")
+	fs.StringVar(&cfg.MounterEndpoint, "mounter-endpoint", "", "the mount holder's socket, unix:///<state-dir>/<driver name>/mounter.sock (node and all modes; empty: FUSE mounts in this process)")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/run/monoceph", "node-private state: FUSE mount points, staging records, CephFS recovery keys (keep it on a tmpfs)")
 	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
 	fs.DurationVar(&cfg.CephFSCloneWait, "cephfs-clone-wait", cephfs.DefaultCloneWait, "how long CephFS CreateVolume waits for a clone before answering ABORTED so the CO retries")
@@ -94,9 +95,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "replace-immutable" {
 		return replaceImmutable(args[1:], stdout, stderr)
 	}
-	if len(args) > 0 && args[0] == "rbd-fuse" {
-		return rbdFuse(args[1:], stderr)
-	}
 	cfg, showVersion, err := parseFlags(args, stderr)
 	if err == flag.ErrHelp {
 		return 0
@@ -111,11 +109,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	defer klog.Flush()
 
-	// this executable serves `monoceph rbd-fuse` for the node plugin (attach.Fuse.Server)
-	if cfg.RBDFuseServer, err = os.Executable(); err != nil {
-		fmt.Fprintf(stderr, "monoceph: %v\n", err)
-		return 1
-	}
 	d, err := driver.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "monoceph: %v\n", err)

@@ -62,9 +62,6 @@ func TestMisconfigurationFailsFast(t *testing.T) {
 		{"snapshot metadata unreadable key pair", append([]string{"--type=rbd", "--mode=controller", "--snapshot-metadata-address=127.0.0.1:0", "--snapshot-metadata-tls-cert=/nonexistent/c", "--snapshot-metadata-tls-key=/nonexistent/k", "--snapshot-metadata-audience=a", "--kubeconfig=" + kubeconfig}, base...), "TLS key pair"},
 		{"changed-blocks without argument", []string{"changed-blocks"}, "want one NAMESPACE/SNAPSHOT"},
 		{"changed-blocks bad argument", []string{"changed-blocks", "just-a-name"}, "is not NAMESPACE/SNAPSHOT"},
-		{"rbd-fuse without mount point", []string{"rbd-fuse", "-m", "127.0.0.1", "-r", "img"}, "want one MOUNTPOINT"},
-		{"rbd-fuse without image", []string{"rbd-fuse", "-m", "127.0.0.1", "/mnt/x"}, "-r IMAGE and -m MONITORS"},
-		{"rbd-fuse unknown mount option", []string{"rbd-fuse", "-m", "127.0.0.1", "-r", "img", "-o", "ro,allow_other", "/mnt/x"}, `"allow_other" is not supported`},
 		{"stray argument", append([]string{"--type=rbd", "extra"}, base...), `unexpected argument "extra"`},
 		{"unknown flag", append([]string{"--type=rbd", "--frobnicate"}, base...), "frobnicate"},
 	}

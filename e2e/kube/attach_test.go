@@ -17,6 +17,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/volid"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -246,14 +247,13 @@ func (e *env) stepTwoNodes() {
 		e.t.Fatal(err)
 	}
 	mA.write("before-taint", payload)
-	fuseDirs, _ := filepath.Glob(a.host(filepath.Join(stateDir, rbdDriver, "*", "rbd-fuse")))
+	// node A's RBD mount holder serves the image as a file over FUSE (the loop device's
+	// backing); the kernel's end of that connection is found by the mount's device number
+	fuseDirs, _ := filepath.Glob(a.host(filepath.Join(stateDir, rbdDriver, "*", "fuse")))
 	if len(fuseDirs) != 1 {
-		e.t.Fatalf("rbd-fuse directories of node A: %v", fuseDirs)
+		e.t.Fatalf("FUSE directories of node A's RBD volumes: %v", fuseDirs)
 	}
-	rbdFuse := e.daemonsOn(a, "rbd-fuse", strings.TrimPrefix(fuseDirs[0], a.root))
-	if len(rbdFuse) != 1 {
-		e.t.Fatalf("rbd-fuse of node A: %v", rbdFuse)
-	}
+	fuseConn := fuseConnection(e, fuseDirs[0])
 	w := startWriter(mA.path("during"))
 	defer close(w.stop)
 
@@ -351,12 +351,14 @@ func (e *env) stepTwoNodes() {
 	})
 	e.t.Logf("node A's writer failed %.1f s after the taint: %v", w.at.Sub(tainted).Seconds(), w.err)
 	if !errors.Is(w.err, syscall.EIO) {
-		e.t.Errorf("node A's writer failed with %v; want EIO (rbd-fuse's answer to librbd's ESHUTDOWN)", w.err)
+		e.t.Errorf("node A's writer failed with %v; want EIO (the loop device's answer to librbd's ESHUTDOWN in the mount holder)", w.err)
 	}
-	// Node A is now shut off from Ceph; here it also dies. On this one machine its rbd-fuse,
-	// cut off, keeps the kernel's writes to it pending (and spins), and pages stuck in
-	// writeback stall memory reclaim for every process; on a real lost node that stays there.
-	if err := syscall.Kill(rbdFuse[0], syscall.SIGKILL); err != nil {
+	// Node A is now shut off from Ceph; here it also dies, and with it the kernel's end of its
+	// image file's FUSE connection. On this one machine a connection left up would keep the
+	// kernel's writes to its cut-off server pending, and pages stuck in writeback stall memory
+	// reclaim for every process; on a real lost node that stays there. (Killing the holder
+	// would not do: node A's plugin keeps the connection open for the next holder.)
+	if err := os.WriteFile(fuseConn, []byte("1"), 0); err != nil {
 		e.t.Fatal(err)
 	}
 	// and so does its CephFS client, frozen until now: left stopped, it stalled unrelated
@@ -429,6 +431,22 @@ func volIDUID(e *env, pv *corev1.PersistentVolume) string {
 		e.t.Fatal(err)
 	}
 	return id.UID
+}
+
+// fuseConnection is the abort file of the FUSE connection mounted at dir
+// (/sys/fs/fuse/connections/<minor>/abort, fusectl): writing to it ends the connection as the
+// end of its last process would.
+func fuseConnection(e *env, dir string) string {
+	e.t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Stat(dir, &st); err != nil {
+		e.t.Fatal(err)
+	}
+	abort := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(st.Dev))
+	if _, err := os.Stat(abort); err != nil {
+		e.t.Fatalf("FUSE connection of %s: %v", dir, err)
+	}
+	return abort
 }
 
 // freeze stops a process until the test ends (or thaw).

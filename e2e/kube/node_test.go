@@ -147,7 +147,7 @@ func (m *mounted) write(name string, data []byte) {
 	if err := f.Close(); err != nil {
 		m.e.t.Fatal(err)
 	}
-	// the filesystem's own metadata too (ext4 on a loop device over rbd-fuse)
+	// the filesystem's own metadata too (ext4 on a loop device over the fuse mounter's image file)
 	if err := syncfs(m.path("")); err != nil {
 		m.e.t.Fatal(err)
 	}

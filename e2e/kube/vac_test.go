@@ -13,7 +13,7 @@ import (
 )
 
 // stepVolumeAttributesClass: a raw block PVC of a class limiting writes to 100 IOPS is that slow
-// through rbd-fuse and the loop device (raw block, so each 4 KiB write is one librbd write: on
+// through the fuse mounter and the loop device (raw block, so each 4 KiB write is one librbd write: on
 // ext4 the file's metadata doubled them, 49 writes/s); switching the PVC to a class without limits makes it fast
 // without restaging; a class with a bad value is refused (the PVC says so) and changes nothing.
 // The provisioner passes the class at CreateVolume, the resizer at ControllerModifyVolume,
@@ -108,5 +108,5 @@ func (e *env) switchClass(pvc, class string) {
 		cur := got.Status.CurrentVolumeAttributesClassName
 		return cur != nil && *cur == class, fmt.Sprintf("current class %v, status %+v; %s", cur, got.Status.ModifyVolumeStatus, e.eventsOf(pvc))
 	})
-	time.Sleep(2 * time.Second) // librbd in rbd-fuse re-reads the image's configuration within about a second
+	time.Sleep(2 * time.Second) // librbd in the mount holder re-reads the image's configuration within about a second
 }

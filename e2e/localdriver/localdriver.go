@@ -45,7 +45,7 @@ func StartNamed(t *testing.T, typ driver.Type, name, clusterMapExtra string) *Dr
 	clusters := cl.ClusterMapFile(t, dir, clusterMapExtra)
 	d, err := driver.New(driver.Config{
 		Type: typ, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "e2e-node", DriverName: name,
-		ClusterConfig: clusters, StateDir: filepath.Join(dir, "st"), RBDMaxCloneDepth: 8, RBDFuseServer: cephtest.FuseServer(),
+		ClusterConfig: clusters, StateDir: filepath.Join(dir, "st"), RBDMaxCloneDepth: 8,
 		// csi-sanity never retries ABORTED, which CreateVolume answers for a CephFS clone
 		// still copying after the wait; on Pacific an empty clone has taken up to 10 s.
 		CephFSCloneWait: 2 * time.Minute,

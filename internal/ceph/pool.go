@@ -153,6 +153,11 @@ const (
 	// connection: on a hung manager further callers wait for a slot until their deadline
 	// instead of leaving one more thread behind each.
 	mgrCommands flavor = "mgr"
+	// data connections carry the I/O of a volume in use (RBD images the node serves through
+	// FUSE) and run without rados_osd_op_timeout: like the kernel's RBD client, a write waits
+	// for a slow or recovering OSD instead of failing under a filesystem, which would turn it
+	// read-only. Connecting and monitor commands stay bounded.
+	data flavor = "data"
 )
 
 func poolKey(monHost string, cred Credentials, f flavor) string {
@@ -174,6 +179,11 @@ func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn
 // GetForMgr is Get for a connection that may carry manager commands (see mgrCommands).
 func (p *Pool) GetForMgr(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
 	return p.get(ctx, monHost, cred, mgrCommands)
+}
+
+// GetForData is Get for a connection that carries a volume's I/O (see data).
+func (p *Pool) GetForData(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
+	return p.get(ctx, monHost, cred, data)
 }
 
 func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flavor) (*Conn, error) {
@@ -262,8 +272,11 @@ func dial(monHost string, cred Credentials, t Timeouts, f flavor) (*rados.Conn, 
 		{"rados_osd_op_timeout", seconds(t.Op)},
 		{"rados_mon_op_timeout", seconds(t.Op)},
 	}
-	if f == mgrCommands {
-		opts[len(opts)-1][1] = "0"
+	switch f {
+	case mgrCommands:
+		opts[len(opts)-1][1] = "0" // rados_mon_op_timeout
+	case data:
+		opts[len(opts)-2][1] = "0" // rados_osd_op_timeout
 	}
 	for _, o := range opts {
 		if err := conn.SetConfigOption(o[0], o[1]); err != nil {

@@ -29,11 +29,6 @@ type Cluster struct {
 	RBDPool  string
 }
 
-// FuseServer is the monoceph executable (MONOCEPH_BIN: make test builds it) whose rbd-fuse
-// subcommand serves RBD images where the node's rbd-fuse cannot (driver.Config.RBDFuseServer);
-// "" when unset, and then rbd-fuse alone serves.
-func FuseServer() string { return os.Getenv("MONOCEPH_BIN") }
-
 // Required reports whether integration tests must run (and so fail instead of skipping).
 func Required() bool { return os.Getenv("MONOCEPH_INTEGRATION") == "1" }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
@@ -32,6 +33,9 @@ const (
 	ModeController Mode = "controller"
 	ModeNode       Mode = "node"
 	ModeAll        Mode = "all"
+	// ModeMounter is the mount holder (package mounter): it owns a node's FUSE mounts and loop
+	// devices for the node plugin of the same type, which can then restart freely.
+	ModeMounter Mode = "mounter"
 )
 
 // Default driver names, one per backend so both can be installed side by side.
@@ -52,13 +56,12 @@ type Config struct {
 
 	// StateDir holds node-private state (FUSE mount points, staging records).
 	StateDir string
+	// MounterEndpoint is the mount holder's socket (node and all modes): FUSE mounts and loop
+	// devices are then the holder's; "" keeps them in this process.
+	MounterEndpoint string
 	// NodeCommandTimeout bounds each filesystem command of a node (mkfs, fsck, resize2fs,
 	// xfs_growfs); other node commands are bounded by CephTimeouts.Op. 0: the node's default.
 	NodeCommandTimeout time.Duration
-	// RBDFuseServer is the monoceph executable whose `rbd-fuse` subcommand serves RBD images
-	// the node's rbd-fuse cannot (a pool or namespace, with Debian 13's or forky's rbd-fuse);
-	// the command sets its own, empty means rbd-fuse only.
-	RBDFuseServer string
 	// RBDMaxCloneDepth is the parent chain length past which new clones are flattened.
 	RBDMaxCloneDepth int
 	// CephFSCloneWait is how long CreateVolume waits for a CephFS clone before answering
@@ -93,6 +96,14 @@ func (c Config) RunsController() bool { return c.Mode == ModeController || c.Mod
 // RunsNode reports whether the node service is served.
 func (c Config) RunsNode() bool { return c.Mode == ModeNode || c.Mode == ModeAll }
 
+// NodeStateDir is where the node service (and its mount holder) keep a driver's state.
+func (c Config) NodeStateDir() string { return filepath.Join(c.StateDir, c.DriverName) }
+
+// DefaultMounterEndpoint is the mount holder's socket in the node state directory.
+func (c Config) DefaultMounterEndpoint() string {
+	return "unix://" + filepath.Join(c.NodeStateDir(), "mounter.sock")
+}
+
 // instanceIDPattern: ceph-csi's instance ID becomes part of RADOS object names.
 var instanceIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
@@ -116,20 +127,31 @@ func (c *Config) Complete() error {
 		return fmt.Errorf("--type=%q: want rbd or cephfs", c.Type)
 	}
 	switch c.Mode {
-	case ModeController, ModeNode, ModeAll:
+	case ModeController, ModeNode, ModeAll, ModeMounter:
 	default:
-		return fmt.Errorf("--mode=%q: want controller, node or all", c.Mode)
+		return fmt.Errorf("--mode=%q: want controller, node, all or mounter", c.Mode)
 	}
 	if !driverNamePattern.MatchString(c.DriverName) {
 		return fmt.Errorf("--drivername=%q: want at most 63 characters of [a-zA-Z0-9.-], starting and ending alphanumeric", c.DriverName)
 	}
+	if c.Mode == ModeMounter && strings.TrimSpace(c.Endpoint) == "" {
+		c.Endpoint = c.DefaultMounterEndpoint()
+	}
 	if _, err := server.SocketPath(c.Endpoint); err != nil {
 		return fmt.Errorf("--endpoint: %w", err)
+	}
+	if c.MounterEndpoint != "" {
+		if !c.RunsNode() {
+			return fmt.Errorf("--mounter-endpoint: only node and all modes use a mount holder, not --mode=%s", c.Mode)
+		}
+		if _, err := server.SocketPath(c.MounterEndpoint); err != nil {
+			return fmt.Errorf("--mounter-endpoint: %w", err)
+		}
 	}
 	if c.RunsNode() && c.NodeID == "" {
 		return errors.New("--nodeid is required in node and all modes")
 	}
-	if c.ClusterConfig == "" {
+	if c.ClusterConfig == "" && c.Mode != ModeMounter {
 		return errors.New("--cluster-config is required: the path of the cluster map")
 	}
 	if c.MetricsAddress != "" {

@@ -3,7 +3,7 @@ package driver
 import (
 	"context"
 	"fmt"
-	"path/filepath"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,11 +11,15 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs"
+	cephfsmount "github.com/monoceph/monoceph/internal/cephfs/mount"
 	cephfsnode "github.com/monoceph/monoceph/internal/cephfs/node"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/health"
+	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/mounter"
 	"github.com/monoceph/monoceph/internal/nodefence"
 	"github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
 	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/snapmeta"
@@ -34,8 +38,13 @@ type Driver struct {
 	metrics  *server.Metrics
 	health   *health.Checker
 
-	// recover repairs broken FUSE mounts left by an earlier run (CephFS node only)
+	// recover repairs broken FUSE mounts left by an earlier run, or reattaches the volumes a
+	// mount holder serves (node modes)
 	recover func(context.Context) error
+	// holderClient talks to the mount holder (node modes with --mounter-endpoint)
+	holderClient *mounter.Client
+	// holder is this process as the mount holder (--mode=mounter)
+	holder *mounter.Server
 
 	grpc    *server.GRPC
 	addons  *server.GRPC        // the csi-addons socket; nil when off
@@ -52,6 +61,9 @@ type Driver struct {
 func New(cfg Config) (*Driver, error) {
 	if err := cfg.Complete(); err != nil {
 		return nil, err
+	}
+	if cfg.Mode == ModeMounter {
+		return newHolder(cfg)
 	}
 	clusters, err := clustermap.Load(cfg.ClusterConfig)
 	if err != nil {
@@ -147,17 +159,38 @@ func (d *Driver) register() error {
 }
 
 // nodeServer builds the node service of the configured type; its state lives under
-// --state-dir, one directory per driver name so both drivers can share a node.
+// --state-dir, one directory per driver name so both drivers can share a node. With a mount
+// holder, the FUSE mounts are the holder's.
 func (d *Driver) nodeServer() (csi.NodeServer, error) {
-	stateDir := filepath.Join(d.cfg.StateDir, d.cfg.DriverName)
+	stateDir := d.cfg.NodeStateDir()
+	op := d.cfg.CephTimeouts.Op
+	if d.cfg.MounterEndpoint != "" {
+		c, err := mounter.NewClient(d.cfg.MounterEndpoint)
+		if err != nil {
+			return nil, fmt.Errorf("--mounter-endpoint: %w", err)
+		}
+		d.holderClient = c
+	}
 	switch d.cfg.Type {
 	case TypeRBD:
-		return rbdnode.New(rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
-			Timeout: d.cfg.CephTimeouts.Op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool, FuseServer: d.cfg.RBDFuseServer})
+		opts := rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
+			Timeout: op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool}
+		if d.holderClient != nil {
+			opts.FuseAttacher = d.holderClient.RBD(attach.NewFuse(hostexec.New(op), nil))
+		}
+		ns, err := rbdnode.New(opts)
+		if err == nil {
+			d.recover = ns.Recover
+		}
+		return ns, err
 	case TypeCephFS:
 		resolver := &cephfs.CephCSIShallowResolver{Clusters: d.clusters, Pool: d.pool}
-		ns, err := cephfsnode.New(cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
-			Timeout: d.cfg.CephTimeouts.Op, ResolveCephCSIShallow: resolver.Snapshot})
+		opts := cephfsnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks, Timeout: op,
+			ResolveCephCSIShallow: resolver.Snapshot}
+		if d.holderClient != nil {
+			opts.FuseMounter = d.holderClient.CephFS(cephfsmount.NewFuse(hostexec.New(op), op/2))
+		}
+		ns, err := cephfsnode.New(opts)
 		if err == nil {
 			d.recover = ns.Recover
 		}
@@ -166,8 +199,22 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 	return nil, fmt.Errorf("--type=%s has no node service", d.cfg.Type)
 }
 
+// runRecover repairs or reattaches the node's volumes, for up to ten minutes.
+func (d *Driver) runRecover(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	if err := d.recover(rctx); err != nil {
+		klog.ErrorS(err, "Repairing FUSE mounts from an earlier run failed")
+	}
+}
+
 // SocketPath is where the CSI socket listens.
-func (d *Driver) SocketPath() string { return d.grpc.Path() }
+func (d *Driver) SocketPath() string {
+	if d.holder != nil {
+		return d.holder.Path()
+	}
+	return d.grpc.Path()
+}
 
 // MetricsAddr is the bound metrics address, or "".
 func (d *Driver) MetricsAddr() string {
@@ -180,6 +227,12 @@ func (d *Driver) MetricsAddr() string {
 // Run serves until ctx ends (SIGTERM), then stops gracefully: in-flight RPCs get
 // ShutdownGrace to finish, the socket file is removed and Ceph connections are closed.
 func (d *Driver) Run(ctx context.Context) error {
+	if os.Getpid() == 1 {
+		go reapOrphans(ctx)
+	}
+	if d.holder != nil {
+		return d.runHolder(ctx)
+	}
 	errs := make(chan error, 4)
 	var wg sync.WaitGroup
 	serve := func(name string, f func() error) {
@@ -205,16 +258,18 @@ func (d *Driver) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); d.fencer.Run(ctx) }()
 	}
-	if d.recover != nil {
+	switch {
+	case d.holderClient != nil:
+		// whenever a holder appears (the first one this process sees, and each restarted
+		// one), the volumes it serves are reattached: connections handed over both ways
+		go d.holderClient.Watch(ctx, func(hctx context.Context, h mounter.Info) {
+			klog.InfoS("Reattaching volumes through the mount holder", "holder", h.Instance, "holderVersion", h.Binary, "pid", h.PID)
+			d.runRecover(hctx)
+		})
+	case d.recover != nil:
 		// in the background: Probe must answer while mounts are repaired, and a CO that
 		// publishes meanwhile repairs its own volume (the per-volume lock keeps them apart)
-		go func() {
-			rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-			defer cancel()
-			if err := d.recover(rctx); err != nil {
-				klog.ErrorS(err, "Repairing FUSE mounts from an earlier run failed")
-			}
-		}()
+		go d.runRecover(ctx)
 	}
 	d.ready.Store(true)
 	klog.InfoS("monoceph serving", "driver", d.cfg.DriverName, "version", version.Get(), "type", d.cfg.Type,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -17,11 +18,15 @@ import (
 // again, also after a restart. A process that exited but was not reaped yet has an empty
 // command line and does not count.
 func Daemons(proc, program, arg string) ([]int, error) {
+	return DaemonsMatching(proc, program, func(a string) bool { return a == arg })
+}
+
+// DaemonsMatching is Daemons for the processes of program with an argument match accepts.
+func DaemonsMatching(proc, program string, match func(arg string) bool) ([]int, error) {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
 		return nil, err
 	}
-	want := []byte(arg)
 	var pids []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -37,7 +42,7 @@ func Daemons(proc, program, arg string) ([]int, error) {
 			continue
 		}
 		for _, a := range argv[1:] {
-			if bytes.Equal(a, want) {
+			if match(string(a)) {
 				pids = append(pids, pid)
 				break
 			}
@@ -50,12 +55,26 @@ func Daemons(proc, program, arg string) ([]int, error) {
 // FUSE daemon does once its mount is gone), then sends SIGTERM and, two seconds later,
 // SIGKILL. It fails when one survives all that, or when ctx ends.
 func StopDaemons(ctx context.Context, proc, program, arg string, grace time.Duration) error {
+	return stopDaemons(ctx, proc, program, arg, func(a string) bool { return a == arg }, grace)
+}
+
+// StopDaemonsUnder is StopDaemons for the daemons of program with an argument argPrefix+path
+// where path is under dir: the daemons of every mount of a state directory.
+func StopDaemonsUnder(ctx context.Context, proc, program, argPrefix, dir string, grace time.Duration) error {
+	dir = filepath.Clean(dir) + "/"
+	return stopDaemons(ctx, proc, program, argPrefix+dir+"...", func(a string) bool {
+		p, ok := strings.CutPrefix(a, argPrefix)
+		return ok && strings.HasPrefix(filepath.Clean(p), dir)
+	}, grace)
+}
+
+func stopDaemons(ctx context.Context, proc, program, what string, match func(string) bool, grace time.Duration) error {
 	steps := []struct {
 		sig  syscall.Signal
 		wait time.Duration
 	}{{0, grace}, {syscall.SIGTERM, 2 * time.Second}, {syscall.SIGKILL, 2 * time.Second}}
 	for _, step := range steps {
-		pids, err := Daemons(proc, program, arg)
+		pids, err := DaemonsMatching(proc, program, match)
 		if err != nil || len(pids) == 0 {
 			return err
 		}
@@ -64,19 +83,19 @@ func StopDaemons(ctx context.Context, proc, program, arg string, grace time.Dura
 				_ = syscall.Kill(pid, step.sig)
 			}
 		}
-		err = waitGone(ctx, proc, program, arg, step.wait)
+		err = waitGone(ctx, proc, program, match, step.wait)
 		if err == nil || ctx.Err() != nil {
 			return err
 		}
 	}
-	pids, _ := Daemons(proc, program, arg)
-	return fmt.Errorf("%s daemons %v (%s) do not exit", program, pids, arg)
+	pids, _ := DaemonsMatching(proc, program, match)
+	return fmt.Errorf("%s daemons %v (%s) do not exit", program, pids, what)
 }
 
-func waitGone(ctx context.Context, proc, program, arg string, wait time.Duration) error {
+func waitGone(ctx context.Context, proc, program string, match func(string) bool, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
-		pids, err := Daemons(proc, program, arg)
+		pids, err := DaemonsMatching(proc, program, match)
 		if err != nil {
 			return err
 		}

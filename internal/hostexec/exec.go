@@ -89,7 +89,11 @@ func (x hostExecutor) Run(ctx context.Context, name string, args ...string) ([]b
 	cmd.WaitDelay = waitDelay
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
+	err := start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+		ours.remove(cmd.Process.Pid)
+	}
 	if err == nil {
 		return out.Bytes(), nil
 	}

@@ -8,8 +8,9 @@ import (
 	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
-// MaxStacked bounds how many mounts stacked on one path the unmount functions remove.
-const MaxStacked = 8
+// MaxStacked bounds how many mounts stacked on one path the unmount functions remove: a CephFS
+// target gets one more for each FUSE daemon that died under it (see the CephFS node's repair).
+const MaxStacked = 32
 
 // Unmount unmounts path until nothing is mounted there (mounts may be stacked); it stops at the
 // first umount that fails.

@@ -3,6 +3,7 @@ package hostmount
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -89,11 +90,11 @@ func TestUnmountStuck(t *testing.T) {
 		calls   int
 		wantErr string
 	}{
-		{"unmount", func(x *fakeExec) error { return Unmount(ctx, x, "/proc") }, nil, MaxStacked, "still mounted after 8 unmounts"},
+		{"unmount", func(x *fakeExec) error { return Unmount(ctx, x, "/proc") }, nil, MaxStacked, fmt.Sprintf("still mounted after %d unmounts", MaxStacked)},
 		{"unmount fails", func(x *fakeExec) error { return Unmount(ctx, x, "/proc") }, []string{"umount /proc"}, 1, "umount /proc failed"},
-		{"unmount or detach", func(x *fakeExec) error { return UnmountOrDetach(ctx, x, "/proc") }, []string{"umount /proc"}, 2 * MaxStacked, "still mounted after 8 unmounts"},
+		{"unmount or detach", func(x *fakeExec) error { return UnmountOrDetach(ctx, x, "/proc") }, []string{"umount /proc"}, 2 * MaxStacked, fmt.Sprintf("still mounted after %d unmounts", MaxStacked)},
 		{"unmount and detach fail", func(x *fakeExec) error { return UnmountOrDetach(ctx, x, "/proc") }, []string{"umount /proc", "umount -l /proc"}, 2, "umount -l /proc failed"},
-		{"lazy", func(x *fakeExec) error { return LazyUnmount(ctx, x, "/proc") }, nil, MaxStacked, "still mounted after 8 lazy unmounts"},
+		{"lazy", func(x *fakeExec) error { return LazyUnmount(ctx, x, "/proc") }, nil, MaxStacked, fmt.Sprintf("still mounted after %d lazy unmounts", MaxStacked)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,3 +72,19 @@ func MakeStateDir(dir string) error {
 	}
 	return os.Chmod(dir, 0o700)
 }
+
+// WorkDirs lists the work directories under stateDir (the directories in it; sockets and
+// other files are not).
+func WorkDirs(stateDir string) ([]string, error) {
+	entries, err := os.ReadDir(stateDir)
+	if err != nil {
+		return nil, err
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() {
+			dirs = append(dirs, filepath.Join(stateDir, e.Name()))
+		}
+	}
+	return dirs, nil
+}

@@ -12,7 +12,7 @@ import (
 )
 
 // QoS limits are VolumeAttributesClass parameters (CSI mutable_parameters). librbd enforces
-// them in the client that opens the image, so they hold for every mounter, rbd-fuse included,
+// them in the client that opens the image, so they hold for every mounter, fuse included,
 // and an image's open handles re-read them when they change (the metadata update notifies
 // the header's watchers): a change takes effect without restaging.
 //

@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 )
 
 // TestQoSOnLiveRBDFuse: the QoS of a VolumeAttributesClass is enforced by librbd in the client
-// that has the image open, so it holds for rbd-fuse, and ControllerModifyVolume changes it on
-// a volume in use, without reattaching. Rates are 4 KiB direct writes through the rbd-fuse
-// file: the limit is an upper bound librbd enforces (the machine can only be slower), and the
+// that has the image open, so it holds for the fuse mounter, and ControllerModifyVolume
+// changes it on a volume in use, without reattaching. Rates are 4 KiB direct writes through
+// the FUSE file: the limit is an upper bound librbd enforces (the machine can only be slower), and the
 // unlimited rate only has to be well above it.
 func TestQoSOnLiveRBDFuse(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -38,8 +38,14 @@ func TestQoSOnLiveRBDFuse(t *testing.T) {
 		_, _ = e.client.DeleteVolume(context.Background(), &csi.DeleteVolumeRequest{VolumeId: id, Secrets: e.cl.Secrets()})
 	})
 	image := rbdname.Image(mustVol(t, id).UID)
-	f := attach.NewFuse(hostexec.New(time.Minute), cephtest.FuseServer())
-	work := t.TempDir()
+	pool := ceph.NewPool(ceph.PoolOptions{})
+	t.Cleanup(pool.Close)
+	f := attach.NewFuse(hostexec.New(time.Minute), pool)
+	t.Cleanup(func() { f.Shutdown(context.Background()) })
+	work := filepath.Join(t.TempDir(), "0123456789abcdef")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	a, err := f.Attach(ctx, attach.Request{Image: attach.Image{Pool: e.cl.RBDPool, Namespace: e.ns, Name: image},
 		MonHost: e.cl.Monitors, Cred: e.cl.Admin, WorkDir: work})
 	if err != nil {
@@ -50,7 +56,10 @@ func TestQoSOnLiveRBDFuse(t *testing.T) {
 			t.Errorf("detach: %v", err)
 		}
 	})
-	file := filepath.Join(a.FuseDir, image)
+	file, err := attach.ImageFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// rate writes n 4 KiB blocks with O_DIRECT after draining librbd's token bucket (it starts
 	// full, with a second's worth of the limit) and returns writes per second.

@@ -25,7 +25,7 @@ func RBD(t *testing.T, accessType string) {
 
 // CephCSIRBD runs the suite under ceph-csi's RBD driver name with the parameters of ceph-csi's
 // example StorageClass (the namespace in the cluster map, as ceph-csi's config.json has it;
-// tryOtherMounters, so a node without krbd, like this one, falls back to rbd-fuse).
+// tryOtherMounters, so a node without krbd, like this one, falls back to the fuse mounter).
 func CephCSIRBD(t *testing.T, accessType string) {
 	runRBD(t, accessType, func(ns string) Options {
 		return Options{DriverName: "rbd.csi.ceph.com", ClusterMap: fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, ns),

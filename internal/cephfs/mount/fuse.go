@@ -163,6 +163,12 @@ func (f *Fuse) Release(ctx context.Context, workDir string) error {
 	return nil
 }
 
+// Running implements Mounter.
+func (f *Fuse) Running(_ context.Context, workDir string) (bool, error) {
+	pids, err := FuseDaemons(f.proc, FuseSocket(workDir))
+	return len(pids) > 0, err
+}
+
 // stop waits up to grace for the daemons of workDir to exit, then sends SIGTERM and, two
 // seconds later, SIGKILL.
 func (f *Fuse) stop(ctx context.Context, workDir string, grace time.Duration) error {

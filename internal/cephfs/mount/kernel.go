@@ -153,3 +153,6 @@ func (k *Kernel) Mount(ctx context.Context, r Request) error {
 
 // Release implements Mounter: the kernel client needs nothing beyond the unmount.
 func (*Kernel) Release(context.Context, string) error { return nil }
+
+// Running implements Mounter: a kernel mount leaves no process behind.
+func (*Kernel) Running(context.Context, string) (bool, error) { return false, nil }

@@ -51,4 +51,7 @@ type Mounter interface {
 	// Release makes sure nothing the mount started outlives it once r.Target is unmounted
 	// (ceph-fuse's daemon). The files it keeps in workDir stay for the caller to remove.
 	Release(ctx context.Context, workDir string) error
+	// Running reports whether something a mount of workDir started still runs (a ceph-fuse
+	// daemon), so its directory must stay.
+	Running(ctx context.Context, workDir string) (bool, error)
 }

@@ -99,7 +99,7 @@ func TestFuseStagePublishRWX(t *testing.T) {
 		if files, _ := filepath.Glob(filepath.Join(a.workDir(vol), "keyfile-*")); len(files) > 0 {
 			t.Fatalf("key files left after stage: %v", files)
 		}
-		fi, err := os.Stat(filepath.Join(a.workDir(vol), recoveryKeyName))
+		fi, err := os.Stat(filepath.Join(a.workDir(vol), nodestate.RecoveryKeyName))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("recovery key: %v, %v", fi, err)
 		}
@@ -302,7 +302,7 @@ func TestFuseRecovery(t *testing.T) {
 	})
 
 	t.Run("no key: publish fails, secrets then remount", func(t *testing.T) {
-		if err := os.Remove(filepath.Join(n.workDir(vol), recoveryKeyName)); err != nil {
+		if err := os.Remove(filepath.Join(n.workDir(vol), nodestate.RecoveryKeyName)); err != nil {
 			t.Fatal(err)
 		}
 		broken(t)

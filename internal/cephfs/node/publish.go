@@ -93,10 +93,9 @@ func (s *Server) checkTarget(ctx context.Context, rec *record, targetPath string
 		if !mount.IsCephFS(m) {
 			break
 		}
-		klog.FromContext(ctx).Info("Replacing a broken bind mount at the target")
-		if err := hostmount.LazyUnmount(ctx, s.x, targetPath); err != nil {
-			return false, errorStatus("detaching the broken mount at target_path", err)
-		}
+		// bound again on top of it (see repair): a pod using the target with HostToContainer
+		// propagation sees the new mount
+		klog.FromContext(ctx).Info("Binding the volume again over a broken bind mount at the target")
 		return false, nil
 	case mount.Healthy:
 		staging, err := hostmount.MountAt(rec.StagingPath)

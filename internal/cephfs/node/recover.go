@@ -4,37 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"math"
 	"os"
-	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
+	"github.com/monoceph/monoceph/internal/nodestate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
 // repair mounts a staged volume whose staging mount is broken (its FUSE daemon died) or gone,
-// and binds its publish targets again. Bind mounts of a dead FUSE mount share its dead
-// connection, so they are detached first and bound to the new mount afterwards; pods see the
-// new mount when their volume mounts propagate from the host (HostToContainer), as kubelet
-// sets up for CSI volumes.
+// and binds its publish targets again.
+//
+// A target's bind mount of a dead FUSE mount shares its dead connection. It is not unmounted:
+// the new bind is mounted on top of it. A pod's container has the target bound in as a copy
+// of that mount; with HostToContainer propagation, mounts made on top of it reach the
+// container, so the pod sees the volume again at the same path (files it had open stay dead
+// and must be opened again). Without propagation the container keeps the dead copy until it
+// restarts, whatever the node does.
 func (s *Server) repair(ctx context.Context, rec *record, cred ceph.Credentials, state mount.State) error {
 	log := klog.FromContext(ctx)
 	start := time.Now()
 	log.Info("Remounting a staged volume", "state", state.String(), "mounter", rec.Mounter, "targets", len(rec.Targets))
-	for _, t := range rec.Targets {
-		if err := hostmount.LazyUnmount(ctx, s.x, t.Path); err != nil {
-			return errorStatus("detaching the publish target "+t.Path, err)
-		}
-	}
 	if err := s.unmountStaging(ctx, rec); err != nil {
 		return err
 	}
@@ -44,25 +39,24 @@ func (s *Server) repair(ctx context.Context, rec *record, cred ceph.Credentials,
 	if err := s.mountStaging(ctx, rec, cred); err != nil {
 		return err
 	}
-	var errs []error
-	for _, t := range rec.Targets {
-		if err := s.bindTarget(ctx, rec, t); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := s.rebindBroken(ctx, rec); err != nil {
 		return errorStatus("binding publish targets again", err)
 	}
 	log.Info("Remounted a staged volume", "duration", time.Since(start))
 	return nil
 }
 
-// bindTarget binds rec's source at t again, unless t is gone (its pod went while the mount
-// was down; NodeUnpublishVolume will forget it).
+// bindTarget binds rec's source at t (on top of what is mounted there), unless t is gone (its
+// pod went while the mount was down; NodeUnpublishVolume will forget it).
 func (s *Server) bindTarget(ctx context.Context, rec *record, t target) error {
-	if _, err := os.Lstat(t.Path); err != nil {
-		klog.FromContext(ctx).Info("Not binding a publish target that is gone", "targetPath", t.Path)
-		return nil
+	// a dead mount at the target cannot even be stat'ed, but is there
+	if m, err := hostmount.MountAt(t.Path); err != nil {
+		return err
+	} else if m == nil {
+		if _, err := os.Lstat(t.Path); err != nil {
+			klog.FromContext(ctx).Info("Not binding a publish target that is gone", "targetPath", t.Path)
+			return nil
+		}
 	}
 	if err := hostmount.Bind(ctx, s.x, rec.source(), t.Path, t.ReadOnly); err != nil {
 		return err
@@ -95,10 +89,6 @@ func (s *Server) ensureHealthy(ctx context.Context, rec *record, secrets map[str
 // stage in progress creates the directory an instant before linking it to its record.
 const orphanAge = 10 * time.Minute
 
-// DefaultRecoverBackoff paces Recover's retries of the volumes it could not repair yet: a
-// plugin often restarts together with the cluster or the network it reaches the cluster by.
-var DefaultRecoverBackoff = wait.Backoff{Duration: 2 * time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: time.Minute}
-
 // Recover remounts broken FUSE mounts of volumes staged on this node and binds their publish
 // targets again, with the recovery keys kept for them. The driver calls it at start-up, in the
 // background: a restart of the plugin is what usually kills the daemons it started, and
@@ -112,50 +102,13 @@ var DefaultRecoverBackoff = wait.Backoff{Duration: 2 * time.Second, Factor: 2, J
 // Recover returns what it could not repair; each of those volumes is also repaired by its next
 // NodeStageVolume or NodePublishVolume.
 func (s *Server) Recover(ctx context.Context) error {
-	log := klog.FromContext(ctx)
-	entries, err := os.ReadDir(s.opts.StateDir)
+	dirs, err := nodestate.WorkDirs(s.opts.StateDir)
 	if err != nil {
 		return fmt.Errorf("cephfs node recovery: %w", err)
 	}
-	var dirs []string
-	for _, e := range entries {
-		if e.IsDir() {
-			dirs = append(dirs, filepath.Join(s.opts.StateDir, e.Name()))
-		}
-	}
-	backoff := s.opts.RecoverBackoff
-	repaired, failed := 0, map[string]error{} // work directory → why its volume is not repaired
-retries:
-	for attempt := 1; ; attempt++ {
-		var retry []string
-		for _, dir := range dirs {
-			done, err := s.recoverDir(ctx, dir)
-			if done {
-				repaired++
-			}
-			delete(failed, dir)
-			if err != nil {
-				failed[dir] = err
-				if retryable(err) {
-					retry = append(retry, dir)
-				}
-			}
-		}
-		if len(retry) == 0 {
-			break
-		}
-		delay := backoff.Step()
-		log.Info("CephFS node recovery: volumes not repaired yet, retrying", "attempt", attempt, "volumes", len(retry), "retryIn", delay, "err", joinSorted(failed))
-		select {
-		case <-ctx.Done():
-			log.Info("CephFS node recovery gives up", "reason", ctx.Err())
-			break retries
-		case <-time.After(delay):
-		}
-		dirs = retry
-	}
-	log.Info("CephFS node recovery done", "volumes", len(entries), "remounted", repaired, "failed", len(failed))
-	return joinSorted(failed)
+	repaired, err := nodereq.RecoverAll(ctx, "CephFS node recovery", dirs, s.opts.RecoverBackoff, s.recoverDir)
+	klog.FromContext(ctx).Info("CephFS node recovery done", "volumes", len(dirs), "remounted", repaired, "failed", err != nil)
+	return err
 }
 
 // recoverDir recovers the volume of one work directory, or removes the directory when no
@@ -177,25 +130,6 @@ func (s *Server) recoverDir(ctx context.Context, dir string) (bool, error) {
 		return done, fmt.Errorf("volume %q at %s: %w", rec.VolumeID, rec.StagingPath, err)
 	}
 	return done, nil
-}
-
-// retryable reports whether a failed repair may succeed later without anyone acting: not when
-// the request itself is wrong, the key is missing or refused, or the subvolume is gone.
-func retryable(err error) bool {
-	switch status.Code(err) {
-	case codes.FailedPrecondition, codes.InvalidArgument, codes.NotFound, codes.PermissionDenied, codes.Unauthenticated:
-		return false
-	}
-	return true
-}
-
-// joinSorted joins the errors of m in the order of their keys.
-func joinSorted(m map[string]error) error {
-	var errs []error
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		errs = append(errs, m[k])
-	}
-	return errors.Join(errs...)
 }
 
 func (s *Server) recoverVolume(ctx context.Context, rec *record) (bool, error) {
@@ -233,17 +167,13 @@ func (s *Server) recoverVolume(ctx context.Context, rec *record) (bool, error) {
 	return true, nil
 }
 
-// rebindBroken binds again the targets of a healthy staging mount that are broken: the
-// staging mount was repaired but the plugin stopped before binding them all.
+// rebindBroken binds the publish targets of a healthy staging mount again where they are
+// broken (bound to a dead mount: see repair) or missing.
 func (s *Server) rebindBroken(ctx context.Context, rec *record) error {
 	var errs []error
 	for _, t := range rec.Targets {
 		state, _, err := mount.Inspect(ctx, t.Path, s.opts.Timeout)
-		if err != nil || state != mount.Broken {
-			continue
-		}
-		if err := hostmount.LazyUnmount(ctx, s.x, t.Path); err != nil {
-			errs = append(errs, err)
+		if err != nil || state == mount.Healthy {
 			continue
 		}
 		if err := s.bindTarget(ctx, rec, t); err != nil {
@@ -261,8 +191,8 @@ func (s *Server) removeOrphan(ctx context.Context, dir string) {
 	if err != nil || time.Since(fi.ModTime()) < orphanAge {
 		return
 	}
-	if pids, err := mount.FuseDaemons("/proc", mount.FuseSocket(dir)); err != nil || len(pids) > 0 {
-		log.Info("Keeping a work directory without a staging record: its ceph-fuse daemon still runs", "pids", pids)
+	if running, err := s.mounters[mount.NameFuse].Running(ctx, dir); err != nil || running {
+		log.Info("Keeping a work directory without a staging record: its ceph-fuse daemon still runs", "err", err)
 		return
 	}
 	if err := os.RemoveAll(dir); err != nil {

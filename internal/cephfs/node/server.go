@@ -34,12 +34,15 @@ type Options struct {
 	Locks *server.OpLocks
 	// Timeout bounds each mount helper and external command.
 	Timeout time.Duration
-	// RecoverBackoff paces Recover's retries (zero: DefaultRecoverBackoff).
+	// RecoverBackoff paces Recover's retries (zero: nodereq.DefaultRecoverBackoff).
 	RecoverBackoff wait.Backoff
 	// ResolveCephCSIShallow returns the snapshot one of ceph-csi's shallow volumes exposes,
 	// read from ceph-csi's journal with the stage request's credentials (the volume context
 	// ceph-csi gave such a volume does not name it). Nil: such volumes cannot be staged.
 	ResolveCephCSIShallow func(ctx context.Context, clusterID, volumeID string, cred ceph.Credentials) (string, error)
+	// FuseMounter replaces the in-process ceph-fuse mounter: the mount holder's (package
+	// mounter), in whose process tree the daemons then run.
+	FuseMounter mount.Mounter
 }
 
 // DefaultTimeout is Options.Timeout when unset.
@@ -65,7 +68,11 @@ func New(opts Options) (*Server, error) {
 	x := hostexec.New(opts.Timeout)
 	// half the command timeout: Ceph's own "connection timed out" is a clearer error than the
 	// helper being killed
-	return newServer(opts, x, mount.NewFuse(x, opts.Timeout/2), mount.NewKernel(x))
+	var fuse mount.Mounter = mount.NewFuse(x, opts.Timeout/2)
+	if opts.FuseMounter != nil {
+		fuse = opts.FuseMounter
+	}
+	return newServer(opts, x, fuse, mount.NewKernel(x))
 }
 
 func newServer(opts Options, x hostexec.Executor, fuse, kernel mount.Mounter) (*Server, error) {
@@ -83,7 +90,7 @@ func newServer(opts Options, x hostexec.Executor, fuse, kernel mount.Mounter) (*
 		opts.Timeout = DefaultTimeout
 	}
 	if opts.RecoverBackoff.Duration <= 0 {
-		opts.RecoverBackoff = DefaultRecoverBackoff
+		opts.RecoverBackoff = nodereq.DefaultRecoverBackoff
 	}
 	opts.StateDir = filepath.Clean(opts.StateDir)
 	s := &Server{opts: opts, x: x, mounters: map[string]mount.Mounter{mount.NameFuse: fuse, mount.NameKernel: kernel}}

@@ -10,6 +10,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
@@ -225,6 +226,7 @@ func (s *Server) mountStaging(ctx context.Context, rec *record, cred ceph.Creden
 	if err != nil {
 		return errorStatus(fmt.Sprintf("mounting %s:%s at %s with %s", rec.FSName, rec.MountedPath, rec.StagingPath, rec.Mounter), err)
 	}
+	faultpoint.Hit("cephfs.NodeStageVolume.mounted")
 	if err := s.finishStaging(ctx, rec, cred); err != nil {
 		if uerr := s.unmountStaging(context.WithoutCancel(ctx), rec); uerr != nil {
 			klog.FromContext(ctx).Error(uerr, "Unmounting after a failed stage")
@@ -355,6 +357,7 @@ func (s *Server) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolu
 	if err := s.unmountStaging(ctx, rec); err != nil {
 		return nil, err
 	}
+	faultpoint.Hit("cephfs.NodeUnstageVolume.unmounted")
 	if err := s.forget(rec); err != nil {
 		return nil, internal("removing the volume's state", err)
 	}

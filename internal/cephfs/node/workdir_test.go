@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/monoceph/monoceph/internal/nodestate"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 )
@@ -18,7 +20,7 @@ func TestUnstageRemovesOnlyItsOwnWorkDir(t *testing.T) {
 	s, _ := newUnitServer(t, false)
 	ctx := context.Background()
 	victim := t.TempDir()
-	for _, f := range []string{"data", "keyfile-precious", recoveryKeyName} {
+	for _, f := range []string{"data", "keyfile-precious", nodestate.RecoveryKeyName} {
 		if err := os.WriteFile(filepath.Join(victim, f), []byte("keep me"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -40,7 +42,7 @@ func TestUnstageRemovesOnlyItsOwnWorkDir(t *testing.T) {
 	if _, err := s.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"data", "keyfile-precious", recoveryKeyName} {
+	for _, f := range []string{"data", "keyfile-precious", nodestate.RecoveryKeyName} {
 		if b, err := os.ReadFile(filepath.Join(victim, f)); err != nil || string(b) != "keep me" {
 			t.Errorf("%s in the directory the record names: %q, %v", f, b, err)
 		}

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/fusefile"
 	"github.com/monoceph/monoceph/internal/hostexec"
 )
 
-// Attacher makes RBD images local block devices one way (krbd, rbd-nbd, rbd-fuse + loop).
+// Attacher makes RBD images local block devices one way (krbd, rbd-nbd, FUSE + loop).
 type Attacher interface {
 	// Name is the mounter name volumes ask for (volumecontext.Mounter*).
 	Name() string
@@ -57,6 +58,12 @@ type Request struct {
 	// WorkDir is a private (0700) per-volume directory the attacher may use for key files and
 	// mount points; it exists when Attach is called.
 	WorkDir string
+	// Resume is the kept connection of an image file nobody serves any more (fuse only; see
+	// Fuse): Attach serves it again instead of replacing it. It never leaves the process.
+	Resume *Connection `json:"-"`
+	// KeepOnly attaches nothing new: it confirms (or resumes through Resume) an attachment
+	// that lives on, and fails with ErrConnectionLost where that is gone (fuse only).
+	KeepOnly bool `json:"-"`
 }
 
 // Attachment is what Detach, Refresh and Check need; callers persist it (it is JSON friendly).
@@ -65,11 +72,13 @@ type Attachment struct {
 	Device   string `json:"device,omitempty"`
 	ReadOnly bool   `json:"readOnly,omitempty"`
 	WorkDir  string `json:"workDir,omitempty"`
-	// FuseDir is where rbd-fuse is mounted (fuse only).
+	// FuseDir is where the image file is mounted (fuse only).
 	FuseDir string `json:"fuseDir,omitempty"`
+	// Session is what resuming the FUSE connection needs (fuse only).
+	Session *fusefile.State `json:"session,omitempty"`
 }
 
-// InWorkDir returns a with its work directory set to dir, and the rbd-fuse mount point, when
+// InWorkDir returns a with its work directory set to dir, and the FUSE mount point, when
 // it has one, the one in dir. Callers that persist attachments derive the directory themselves
 // instead of trusting what they read back.
 func (a Attachment) InWorkDir(dir string) Attachment {
@@ -108,10 +117,15 @@ func unhealthy(reason string, format string, args ...any) error {
 // ErrImageNotFound marks an image (or its pool or namespace) that does not exist.
 var ErrImageNotFound = errors.New("image not found")
 
+// ErrConnectionLost: the FUSE connection of an image file ended, and with it the loop device on
+// it; only a new attachment (a new stage of the volume) helps.
+var ErrConnectionLost = errors.New("the FUSE connection of the image file is gone")
+
 // Set returns every attacher this package has, keyed by name, running commands through x;
-// connectTimeout bounds the Ceph tools' connection to the cluster; fuseServer is Fuse.Server.
-func Set(x hostexec.Executor, connectTimeout time.Duration, fuseServer string) map[string]Attacher {
-	krbd, nbd, fuse := NewKRBD(x), NewNBD(x), NewFuse(x, fuseServer)
+// connectTimeout bounds the Ceph tools' connection to the cluster, pool opens the connections
+// of the images the fuse attacher serves.
+func Set(x hostexec.Executor, connectTimeout time.Duration, pool *ceph.Pool) map[string]Attacher {
+	krbd, nbd, fuse := NewKRBD(x), NewNBD(x), NewFuse(x, pool)
 	krbd.ConnectTimeout, nbd.ConnectTimeout, fuse.ConnectTimeout = connectTimeout, connectTimeout, connectTimeout
 	all := []Attacher{krbd, nbd, fuse}
 	m := make(map[string]Attacher, len(all))

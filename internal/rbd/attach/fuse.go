@@ -13,78 +13,81 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephname"
+	"github.com/monoceph/monoceph/internal/fusefile"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
-	"github.com/monoceph/monoceph/internal/rbd/imagefs"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
 
-// Fuse attaches images with rbd-fuse, which shows an image as a file in a FUSE mount, and a
-// loop device on that file.
+// Fuse attaches an image as a file this process serves over FUSE (package fusefile, librbd
+// through go-ceph) with a loop device on that file. It needs only FUSE and loop devices.
 //
-// Observed with rbd-fuse 16.2 (Pacific), and relied on here:
-//   - it parses Ceph's own options (-c, -m, --id, --keyfile, --client_mount_timeout) before
-//     its own, which take "--poolname=P" (the form with a blank is taken as the mount point)
-//     and "--namespace=N" (its short form -s clashes with FUSE's -s); see poolArgs for the
-//     releases that crash on those two;
-//   - it authenticates (fetching the monitors' config) before it forks, so a wrong key fails
-//     the command itself; but it opens its cluster connection, reading the key file again,
-//     only when the kernel first talks to the mount, after the command returned. Attach waits
-//     for that with a stat of the image file before it removes the key file;
-//   - a missing image is a missing file (ENOENT); a missing pool makes the daemon exit, after
-//     which the mount answers ENOTCONN;
-//   - getattr asks librbd for the size each time, so with attr_timeout=0 a grown image shows
-//     its new size at once and `losetup --set-capacity` passes it on: no remount is needed to
-//     expand;
-//   - unlink on the mount removes the image: nothing here ever deletes files in it, and the
-//     mount point is removed with os.Remove only, never recursively.
+// It replaced rbd-fuse, which it resembles, for one reason: a loop device stays usable only
+// as long as the FUSE connection under its file does, and rbd-fuse's connection dies with
+// rbd-fuse. Here the process that keeps a duplicate of the connection's /dev/fuse descriptor
+// (the node plugin, while this runs in the mount holder) keeps the connection, and a
+// restarted server resumes it (Request.Resume): the loop device, the filesystem on it and the
+// pods using it see their I/O wait, not fail.
 //
-// Where the node's rbd-fuse cannot serve an image (it crashes when given a pool or namespace,
-// see poolArgs) or is not installed, `Server rbd-fuse` does, with the same arguments: monoceph's
-// own FUSE server (package imagefs), which behaves as described above.
+// The file is the only one in the directory FuseDir (it cannot be removed, renamed or truncated
+// through the mount; see imageFile for its name). Its size is the image's at every stat, so
+// Refresh needs only `losetup --set-capacity` after a resize. The key never reaches a file or a
+// command line: librados gets it in this process.
 type Fuse struct {
-	x   hostexec.Executor
-	sys string
-	// ConnectTimeout bounds rbd-fuse's connection to the cluster.
+	x    hostexec.Executor
+	sys  string
+	pool *ceph.Pool
+	// ConnectTimeout bounds connecting to the cluster and opening the image.
 	ConnectTimeout time.Duration
-	// Server is the monoceph executable whose `rbd-fuse` subcommand serves images the node's
-	// rbd-fuse cannot; empty: none.
-	Server string
 
-	probe struct {
-		sync.Mutex
-		done, takesPools bool
-	}
+	mu       sync.Mutex
+	sessions map[string]*session  // by FUSE directory
+	busy     map[string]chan bool // per FUSE directory: one operation at a time
 }
 
-// NewFuse returns the rbd-fuse + loop attacher; server is Fuse.Server.
-func NewFuse(x hostexec.Executor, server string) *Fuse {
-	return &Fuse{x: x, sys: SysRoot, ConnectTimeout: 30 * time.Second, Server: server}
+// NewFuse returns the FUSE + loop attacher; pool opens its Ceph connections.
+func NewFuse(x hostexec.Executor, pool *ceph.Pool) *Fuse {
+	return &Fuse{x: x, sys: SysRoot, pool: pool, ConnectTimeout: 30 * time.Second,
+		sessions: map[string]*session{}, busy: map[string]chan bool{}}
 }
 
 // Name implements Attacher.
 func (*Fuse) Name() string { return volumecontext.MounterFuse }
 
-// fuseDirName is the rbd-fuse mount point inside an attachment's WorkDir.
-const fuseDirName = "rbd-fuse"
+// fuseDirName is the FUSE mount point inside an attachment's WorkDir.
+const fuseDirName = "fuse"
+
+// FuseSubtype names the FUSE mounts in the mount table: fuse.monoceph-rbd.
+const FuseSubtype = "monoceph-rbd"
 
 // Available implements Attacher.
 func (f *Fuse) Available() error {
+	if err := FuseAvailable(); err != nil {
+		return err
+	}
+	if f.pool == nil {
+		return &UnavailableError{Mounter: f.Name(), Missing: "no Ceph connection pool"}
+	}
+	return nil
+}
+
+// FuseAvailable reports what this node lacks for the fuse mounter (an *UnavailableError), or
+// nil.
+func FuseAvailable() error {
 	for _, cmd := range []string{"losetup", "umount"} {
 		if _, err := exec.LookPath(cmd); err != nil {
-			return &UnavailableError{Mounter: f.Name(), Missing: "the " + cmd + " command is not installed"}
+			return &UnavailableError{Mounter: volumecontext.MounterFuse, Missing: "the " + cmd + " command is not installed"}
 		}
 	}
-	if _, err := exec.LookPath("rbd-fuse"); err != nil && f.Server == "" {
-		return &UnavailableError{Mounter: f.Name(), Missing: "the rbd-fuse command is not installed"}
-	}
 	if !exists("/dev/fuse") {
-		return &UnavailableError{Mounter: f.Name(), Missing: "/dev/fuse is missing (FUSE is not available)"}
+		return &UnavailableError{Mounter: volumecontext.MounterFuse, Missing: "/dev/fuse is missing (FUSE is not available)"}
 	}
 	if !exists("/dev/loop-control") {
-		return &UnavailableError{Mounter: f.Name(), Missing: "/dev/loop-control is missing (loop devices are not available)"}
+		return &UnavailableError{Mounter: volumecontext.MounterFuse, Missing: "/dev/loop-control is missing (loop devices are not available)"}
 	}
 	return nil
 }
@@ -96,23 +99,61 @@ func fuseDir(a Attachment) string {
 	return filepath.Join(a.WorkDir, fuseDirName)
 }
 
-// imageFile is the file rbd-fuse shows the image as. The image name comes from a volume
-// context or a staging record: one that is not a plain file name directly in the mount point
-// ("..", a path) is refused, so nothing here ever stats, attaches or detaches a file elsewhere.
-func imageFile(a Attachment) (string, error) {
-	dir := fuseDir(a)
-	file := filepath.Join(dir, a.Image.Name)
-	if err := cephname.Check(a.Image.Name); err != nil || filepath.Dir(file) != dir {
-		return "", fmt.Errorf("image name %q does not name a file in the rbd-fuse mount point %s", a.Image.Name, dir)
+// imageFile is the file the image is shown as. Its name is the work directory's (a hash of the
+// volume ID), unique among the node's volumes: a loop device whose mount namespace is gone
+// names its file by that name alone, which is how Detach and a restarted holder find it
+// without asking the file's FUSE server (a stat of a file nobody serves waits). The image name
+// comes from a volume context or a staging record and reaches librbd only: one that is not a
+// strict Ceph name is refused before anything is looked at.
+func ImageFile(a Attachment) (string, error) {
+	if err := cephname.Check(a.Image.Name); err != nil {
+		return "", fmt.Errorf("image name %q is not a plain Ceph name", a.Image.Name)
 	}
-	return file, nil
+	name := fileName(a)
+	if err := cephname.Check(name); err != nil {
+		return "", fmt.Errorf("work directory %q does not name a volume", a.WorkDir)
+	}
+	return filepath.Join(fuseDir(a), name), nil
 }
 
-// Attach implements Attacher.
+func fileName(a Attachment) string { return FuseFileName(a.WorkDir) }
+
+// FuseFileName is the name of the image file in the FUSE directory of work directory workDir.
+func FuseFileName(workDir string) string { return "vol-" + filepath.Base(workDir) }
+
+// lock serialises the operations on one FUSE directory (the holder may be asked by an old
+// and a new node plugin at once); it fails when ctx ends first.
+func (f *Fuse) lock(ctx context.Context, dir string) (func(), error) {
+	for {
+		f.mu.Lock()
+		ch, held := f.busy[dir]
+		if !held {
+			ch = make(chan bool)
+			f.busy[dir] = ch
+			f.mu.Unlock()
+			return func() {
+				f.mu.Lock()
+				delete(f.busy, dir)
+				f.mu.Unlock()
+				close(ch)
+			}, nil
+		}
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("another operation on %s is in progress: %w", dir, ctx.Err())
+		}
+	}
+}
+
+// Attach implements Attacher: it serves the image at FuseDir (a mount there that nobody
+// serves is resumed through req.Resume, or, when its connection is gone, replaced) and puts
+// a loop device on it, or finds the one there.
 func (f *Fuse) Attach(ctx context.Context, req Request) (Attachment, error) {
 	a := Attachment{Image: req.Image, ReadOnly: req.ReadOnly, WorkDir: req.WorkDir}
 	a.FuseDir = fuseDir(a)
-	file, err := imageFile(a)
+	file, err := ImageFile(a)
 	if err != nil {
 		return a, err
 	}
@@ -122,247 +163,257 @@ func (f *Fuse) Attach(ctx context.Context, req Request) (Attachment, error) {
 	if err := os.Mkdir(a.FuseDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return a, err
 	}
-	up, err := f.fuseUp(ctx, a, file)
+	unlock, err := f.lock(ctx, a.FuseDir)
 	if err != nil {
 		return a, err
 	}
-	if !up {
-		if err := f.mount(ctx, req, a, file); err != nil {
-			return a, err
-		}
-	}
-	loops, err := loopsBackedBy(f.sys, file)
+	defer unlock()
+	s, err := f.serve(ctx, req, a)
 	if err != nil {
 		return a, err
 	}
-	for _, dev := range loops {
-		if loopReadOnly(f.sys, dev) == a.ReadOnly && loopReads(ctx, dev, file) == nil {
-			a.Device = dev
-			return a, nil
-		}
-	}
-	if a.Device, err = loopSetup(ctx, f.x, file, a.ReadOnly); err != nil {
+	st := s.srv.State()
+	a.Session = &st
+	if a.Device, err = f.ensureLoop(ctx, a, file); err != nil {
 		return a, err
 	}
 	return a, nil
 }
 
-// fuseUp reports whether rbd-fuse is mounted and serving the image. A mount whose daemon died
-// is unmounted, so the caller mounts afresh.
-func (f *Fuse) fuseUp(ctx context.Context, a Attachment, file string) (bool, error) {
-	dir := fuseDir(a)
+// serve returns the session serving a's directory, starting one when there is none.
+func (f *Fuse) serve(ctx context.Context, req Request, a Attachment) (*session, error) {
+	dir := a.FuseDir
 	m, err := hostmount.MountAt(dir)
-	if err != nil || m == nil {
-		return false, err
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
-	_, err = hostmount.StatWithin(waitCtx, file)
-	cancel()
-	if err == nil {
-		return true, nil
-	}
-	if hostmount.Unresponsive(err) || ctx.Err() != nil {
-		// a daemon that does not answer in time may be busy rather than dead: do not remount
-		// under it
-		return false, err
-	}
-	klog.FromContext(ctx).Info("rbd-fuse mount does not serve the image, remounting", "dir", dir, "err", err)
-	// Detach the loop devices on the dead mount first, while their backing file still has a
-	// name to find them by: the unmount below may have to be lazy, after which they would name
-	// a path outside any mount and leak. One still in use (a filesystem mounted on it) is only
-	// marked by the kernel to detach itself when released.
-	loops, err := loopsBackedBy(f.sys, file)
 	if err != nil {
-		return false, err
+		return nil, err
+	}
+	if s := f.session(dir); s != nil {
+		if !s.ended() && m != nil {
+			if s.image != req.Image || s.readOnly != req.ReadOnly {
+				return nil, fmt.Errorf("%s serves image %s (read-only %v), not %s (read-only %v)", dir, s.image.Spec(), s.readOnly, req.Image.Spec(), req.ReadOnly)
+			}
+			return s, nil
+		}
+		// unmounted behind our back, or its connection ended
+		f.end(ctx, s)
+	}
+	if m != nil && !isFuseFile(m.FsType) {
+		return nil, fmt.Errorf("%s holds a %s mount, not this driver's", dir, m.FsType)
+	}
+	if m != nil && req.Resume != nil {
+		return f.start(ctx, req, a, req.Resume)
+	}
+	if req.KeepOnly {
+		return nil, fmt.Errorf("%w: %s is not served and no connection of it is kept", ErrConnectionLost, dir)
+	}
+	if m != nil {
+		if err := f.clearDead(ctx, a); err != nil {
+			return nil, err
+		}
+	}
+	return f.start(ctx, req, a, nil)
+}
+
+// clearDead removes a mount at a's directory whose connection is gone (its server died and
+// nobody kept the connection), with the loop devices on it. A mount that still answers, or that
+// does not answer at all (its connection is kept open by a process that did not hand it over),
+// is left alone: that is an error.
+func (f *Fuse) clearDead(ctx context.Context, a Attachment) error {
+	dir := a.FuseDir
+	file, _ := ImageFile(a)
+	waitCtx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
+	_, err := hostmount.StatWithin(waitCtx, file)
+	cancel()
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s is served by another process", dir)
+	case hostmount.Unresponsive(err) || ctx.Err() != nil:
+		return fmt.Errorf("nothing serves the FUSE mount at %s but its connection is still open (the node plugin keeps it, and resumes it through its next request): %w", dir, err)
+	}
+	klog.FromContext(ctx).Info("FUSE mount of an image is dead, mounting it again", "dir", dir, "err", err)
+	// a loop device on a dead connection reads nothing any more; one still open (a filesystem
+	// mounted on it) is only marked to detach itself when released
+	if err := f.detachLoops(ctx, a, false); err != nil {
+		return err
+	}
+	return f.unmount(ctx, dir, true)
+}
+
+// ensureLoop returns the loop device on the image file, setting one up when there is none.
+func (f *Fuse) ensureLoop(ctx context.Context, a Attachment, file string) (string, error) {
+	loops, err := f.loopsOf(a)
+	if err != nil {
+		return "", err
+	}
+	if loops, err = f.current(ctx, a, loops); err != nil {
+		return "", err
+	}
+	for _, dev := range loops {
+		if loopReadOnly(f.sys, dev) == a.ReadOnly {
+			return dev, nil
+		}
+	}
+	return loopSetup(ctx, f.x, file, a.ReadOnly)
+}
+
+// loopsOf lists the loop devices on a's image file, current or on an earlier, dead
+// connection of the same directory: those whose backing file has the file's name (see
+// imageFile). Nothing is asked of a FUSE server.
+func (f *Fuse) loopsOf(a Attachment) ([]string, error) {
+	return loopsNamed(f.sys, fileName(a))
+}
+
+// current returns those of loops that read the file of the mount at a's directory now (its
+// device and inode), not a dead earlier one. Asked only while this process serves the file.
+func (f *Fuse) current(ctx context.Context, a Attachment, loops []string) ([]string, error) {
+	m, err := hostmount.MountAt(a.FuseDir)
+	if err != nil || m == nil {
+		return nil, err
+	}
+	var cur []string
+	for _, dev := range loops {
+		if reads, err := loopReadsInode(ctx, dev, uint32(m.Major), uint32(m.Minor), fusefile.FileInode); err == nil && reads {
+			cur = append(cur, dev)
+		}
+	}
+	return cur, nil
+}
+
+// detachLoops detaches the loop devices on a's image file, current and earlier ones. With
+// strict, a device that stays bound after the detach (open: a filesystem on it is still
+// mounted somewhere) is an error; the caller must not unmount under it.
+func (f *Fuse) detachLoops(ctx context.Context, a Attachment, strict bool) error {
+	loops, err := f.loopsOf(a)
+	if err != nil {
+		return err
 	}
 	for _, dev := range loops {
 		if err := loopDetach(ctx, f.x, f.sys, dev); err != nil {
-			return false, err
+			return err
 		}
 	}
-	return false, f.unmount(ctx, dir)
-}
-
-func (f *Fuse) mount(ctx context.Context, req Request, a Attachment, file string) error {
-	args, removeKey, err := credentialArgs(req.WorkDir, req.MonHost, req.Cred, f.ConnectTimeout)
-	if err != nil {
-		return err
-	}
-	defer removeKey()
-	// no admin socket or log file: a second daemon of the same Ceph user would fail to bind the
-	// same socket path, and nothing would rotate the logs
-	args = append(args, "--admin_socket=", "--log_file=")
-	pool := poolArgs(req.Image)
-	args = append(args, pool...)
-	// attr_timeout=0: see the type comment (sizes); entry/negative: an image created or
-	// removed meanwhile is seen at once
-	opts := "attr_timeout=0,entry_timeout=0,negative_timeout=0"
-	if req.ReadOnly {
-		opts += ",ro"
-	}
-	args = append(args, "-r", req.Image.Name, "-o", opts, a.FuseDir)
-	prog := "rbd-fuse"
-	if !f.rbdFuseServes(ctx, len(pool) > 0) {
-		prog, args = f.Server, append([]string{"rbd-fuse"}, args...)
-	}
-	if _, err := f.x.Run(ctx, prog, args...); err != nil {
-		var ce *hostexec.CommandError
-		switch {
-		case prog == f.Server && errors.As(err, &ce) && ce.ExitCode == imagefs.ExitNotFound:
-			return fmt.Errorf("%w: %s", ErrImageNotFound, err)
-		case prog == "rbd-fuse" && len(pool) > 0 && crashed(err):
-			return fmt.Errorf("%w (rbd-fuse 18.2 and 20.2 as Debian 13 and forky ship them crash when given a pool or namespace; "+
-				"only images of pool %s outside namespaces work with it there, and monoceph serves others itself only where it knows its executable)",
-				err, defaultFusePool)
-		}
-		return err
-	}
-	// bounded: the daemon's connection gives up after ConnectTimeout, but opening the image
-	// then waits on OSDs with no timeout of its own
-	waitCtx, cancel := context.WithTimeout(ctx, 2*f.ConnectTimeout)
-	_, err = hostmount.StatWithin(waitCtx, file)
-	cancel()
-	if err == nil {
+	if !strict {
 		return nil
 	}
-	// leave nothing mounted behind a failed attach
-	if uerr := f.unmount(context.WithoutCancel(ctx), a.FuseDir); uerr != nil {
-		klog.FromContext(ctx).Error(uerr, "Unmounting a failed rbd-fuse mount", "dir", a.FuseDir)
-	}
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: rbd-fuse does not see image %s", ErrImageNotFound, req.Image.Spec())
-	case errors.Is(err, syscall.ENOTCONN):
-		return fmt.Errorf("rbd-fuse for %s exited after mounting (missing pool or namespace, or the cluster refused the connection): %w", req.Image.Spec(), err)
-	}
-	return fmt.Errorf("rbd-fuse for %s does not answer: %w", req.Image.Spec(), err)
-}
-
-// defaultFusePool is the pool rbd-fuse serves when not told another.
-const defaultFusePool = "rbd"
-
-// poolArgs names the image's pool and namespace to rbd-fuse, leaving out its defaults (pool
-// rbd, no namespace). rbd-fuse 18.2.7 (Debian 13) and 20.2.4 (Debian forky) die of SIGSEGV in
-// fuse_opt_parse whenever --poolname or --namespace is given, whatever the value (16.2 on
-// Debian 12 does not): there, this mounter works for images of pool rbd outside namespaces.
-func poolArgs(img Image) []string {
-	var args []string
-	if img.Pool != defaultFusePool {
-		args = append(args, "--poolname="+img.Pool)
-	}
-	if img.Namespace != "" {
-		args = append(args, "--namespace="+img.Namespace)
-	}
-	return args
-}
-
-// crashed reports whether err is a command killed by a signal of its own making (SIGSEGV,
-// SIGABRT, SIGBUS).
-func crashed(err error) bool {
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) {
-		return false
-	}
-	ws, ok := ee.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && slices.Contains([]syscall.Signal{syscall.SIGSEGV, syscall.SIGABRT, syscall.SIGBUS}, ws.Signal())
-}
-
-// rbdFuseServes reports whether the node's rbd-fuse serves an image (named with a pool or
-// namespace argument when namesPool): it must be installed, and take those arguments without
-// crashing. Without a Server there is nothing else to use, so the answer is then yes.
-func (f *Fuse) rbdFuseServes(ctx context.Context, namesPool bool) bool {
-	if f.Server == "" {
-		return true
-	}
-	if _, err := exec.LookPath("rbd-fuse"); err != nil {
-		return false
-	}
-	return !namesPool || f.rbdFuseTakesPools(ctx)
-}
-
-// rbdFuseTakesPools asks rbd-fuse, once per process, whether it survives --poolname and
-// --namespace. It parses its options before it touches the cluster or the mount point, so
-// with a mount point that does not exist a good one fails at once and a bad one crashes first.
-func (f *Fuse) rbdFuseTakesPools(ctx context.Context) bool {
-	f.probe.Lock()
-	defer f.probe.Unlock()
-	if !f.probe.done {
-		missing := filepath.Join(os.TempDir(), fmt.Sprintf("monoceph-rbd-fuse-probe-%d-missing", os.Getpid()))
-		_, err := f.x.Run(ctx, "rbd-fuse", "-c", os.DevNull, "--no-mon-config", "--poolname=probe", "--namespace=probe",
-			"-r", "probe", missing)
-		if ctx.Err() != nil {
-			return false // undecided: ask again next time, use monoceph's server now
+	// A device bound after the detach is still open, and detaches itself once closed. The
+	// close often comes a moment later: the last reference to the filesystem on it may be a
+	// copy of its mount in another mount namespace (a pod's container, any process that
+	// unshared its mounts while the volume was mounted; the host's / is often private, so
+	// unmounts do not reach those copies), and a namespace whose last process just exited
+	// drops its mounts in the background. So wait a little before calling it held.
+	deadline := time.Now().Add(busyWait)
+	for {
+		left, err := f.loopsOf(a)
+		if err != nil || len(left) == 0 {
+			return err
 		}
-		f.probe.done, f.probe.takesPools = true, !crashed(err)
-		klog.FromContext(ctx).Info("Probed rbd-fuse", "takesPoolArguments", f.probe.takesPools, "err", err)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("loop devices %v of image %s are still open (a filesystem on them is mounted, maybe in another mount namespace); they detach themselves once closed", left, a.Image.Spec())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return f.probe.takesPools
 }
 
-// unmount unmounts a FUSE mount point. A mount whose daemon is gone and that a stale loop
-// device still holds cannot be unmounted normally; it is detached lazily, which is safe since
-// nothing can be read or written through it any more.
-func (f *Fuse) unmount(ctx context.Context, dir string) error {
-	m, err := hostmount.MountAt(dir)
-	if err != nil || m == nil {
-		return err
+// unmount unmounts the FUSE mount at dir; with dead (nothing serves it any more), lazily when a
+// normal unmount is refused: nothing can be read or written through it any more. A loop device
+// just detached lets go of the file a moment later (the kernel runs its teardown in the
+// background), so a live mount refused as busy is tried again for a while.
+func (f *Fuse) unmount(ctx context.Context, dir string, dead bool) error {
+	deadline := time.Now().Add(busyWait)
+	for {
+		m, err := hostmount.MountAt(dir)
+		if err != nil || m == nil {
+			return err
+		}
+		err = unix.Unmount(dir, 0)
+		if err == nil {
+			continue // stacked mounts: look again
+		}
+		if dead || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || ctx.Err() != nil {
+			if dead {
+				return ignoreInvalid(unix.Unmount(dir, unix.MNT_DETACH))
+			}
+			return &os.PathError{Op: "unmount", Path: dir, Err: err}
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	_, err = f.x.Run(ctx, "umount", dir)
-	if err == nil {
-		return nil
+}
+
+// busyWait bounds the retries of an unmount refused as busy.
+const busyWait = 5 * time.Second
+
+func ignoreInvalid(err error) error {
+	if errors.Is(err, unix.EINVAL) {
+		return nil // not mounted (any more)
 	}
-	if _, serr := hostmount.StatWithin(ctx, dir); !errors.Is(serr, syscall.ENOTCONN) {
-		return err
-	}
-	_, err = f.x.Run(ctx, "umount", "--lazy", dir)
 	return err
 }
 
-// Detach implements Attacher.
+// Detach implements Attacher: the loop devices go first (while the file is served: detaching
+// flushes it), then the mount, then the session, closing the image (so its watch and exclusive
+// lock are gone when Detach returns). A mount nobody serves is detached through conn when one
+// is given (see DetachResuming), else only when its connection is gone.
 func (f *Fuse) Detach(ctx context.Context, a Attachment) error {
+	return f.DetachResuming(ctx, a, nil)
+}
+
+// DetachResuming is Detach of an attachment whose connection nobody serves but conn keeps
+// open (the holder restarted and the volume is unstaged before it was resumed): the
+// connection is resumed only to answer the loop device's last requests. Nothing is written
+// through it any more (the filesystem on the device was unmounted), so it answers without the
+// image: reads and writes fail, flushes too.
+func (f *Fuse) DetachResuming(ctx context.Context, a Attachment, conn *Connection) error {
 	dir := fuseDir(a)
 	if !filepath.IsAbs(dir) {
-		return fmt.Errorf("attachment %+v names no rbd-fuse directory", a)
+		return fmt.Errorf("attachment %+v names no FUSE directory", a)
 	}
-	file, err := imageFile(a)
+	if _, err := ImageFile(a); err != nil {
+		return err
+	}
+	a.FuseDir = dir
+	unlock, err := f.lock(ctx, dir)
 	if err != nil {
 		return err
 	}
-	// every loop device on the image file, not only the recorded one: Attach may have stopped
-	// between losetup and the caller saving its answer, or left one on a dead mount
-	loops, err := loopsBackedBy(f.sys, file)
+	defer unlock()
+	m, err := hostmount.MountAt(dir)
 	if err != nil {
 		return err
 	}
-	if a.Device != "" && loopBacking(f.sys, a.Device) == file && !slices.Contains(loops, a.Device) {
-		loops = append(loops, a.Device)
+	s := f.session(dir)
+	if s != nil && s.ended() {
+		f.end(ctx, s)
+		s = nil
 	}
-	for _, dev := range loops {
-		if err := loopDetach(ctx, f.x, f.sys, dev); err != nil {
+	if m != nil && s == nil && conn != nil {
+		if s, err = f.resume(dir, a, conn, offline{}); err != nil {
 			return err
 		}
 	}
-	waitLoopsReleased(ctx, f.sys, file)
-	if err := f.unmount(ctx, dir); err != nil {
+	if m != nil && s == nil {
+		if err := f.clearDead(ctx, a); err != nil {
+			return err
+		}
+	}
+	if err := f.detachLoops(ctx, a, true); err != nil {
 		return err
 	}
-	// the daemon closes the image (dropping its watch) only as it exits after the unmount;
-	// answering before that makes the image look in use to the DeleteVolume or attach that
-	// follows an unstage
-	for _, daemon := range []string{"rbd-fuse", imagefs.DaemonName} {
-		if err := hostexec.StopDaemons(ctx, "/proc", daemon, dir, 10*time.Second); err != nil {
-			return err
-		}
+	if err := f.unmount(ctx, dir, s == nil); err != nil {
+		return err
+	}
+	if s != nil {
+		f.end(ctx, s)
 	}
 	if err := ignoreNotExist(os.Remove(dir)); err != nil {
 		return err
 	}
+	// key files and configuration rbd-fuse, which this attacher replaced, left in the work dir
 	return removeCredentialFiles(a.WorkDir)
 }
 
 // Refresh implements Attacher.
 func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64, error) {
-	file, err := imageFile(a)
+	file, err := ImageFile(a)
 	if err != nil {
 		return 0, err
 	}
@@ -373,13 +424,12 @@ func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64
 			if ctx.Err() != nil && size > 0 {
 				return size, fmt.Errorf("image %s is %d bytes, want at least %d: %w", a.Image.Spec(), size, minBytes, ctx.Err())
 			}
-			return size, fmt.Errorf("rbd-fuse for %s: %w", a.Image.Spec(), err)
+			return size, fmt.Errorf("FUSE file of %s: %w", a.Image.Spec(), err)
 		}
 		if size = fi.Size(); size >= minBytes {
 			break
 		}
-		// the controller grew the image, but librbd in the daemon learns it from a watch
-		// notification: give it a moment
+		// the controller grew the image; librbd here learns it from a watch notification
 		select {
 		case <-ctx.Done():
 			return size, fmt.Errorf("image %s is %d bytes, want at least %d: %w", a.Image.Spec(), size, minBytes, ctx.Err())
@@ -394,7 +444,7 @@ func (f *Fuse) Refresh(ctx context.Context, a Attachment, minBytes int64) (int64
 
 // Check implements Attacher.
 func (f *Fuse) Check(ctx context.Context, a Attachment) error {
-	file, err := imageFile(a)
+	file, err := ImageFile(a)
 	if err != nil {
 		return unhealthy("Unknown", "%w", err)
 	}
@@ -404,22 +454,27 @@ func (f *Fuse) Check(ctx context.Context, a Attachment) error {
 		return unhealthy("Unknown", "reading the mount table: %w", err)
 	}
 	if m == nil {
-		return unhealthy("NotMounted", "rbd-fuse is not mounted at %s", dir)
+		return unhealthy("NotMounted", "the image file of %s is not mounted at %s", a.Image.Spec(), dir)
 	}
 	if _, err := hostmount.StatWithin(ctx, file); err != nil {
 		switch {
-		case errors.Is(err, syscall.ENOTCONN):
-			return unhealthy("DaemonGone", "the rbd-fuse daemon of image %s is gone: %w", a.Image.Spec(), err)
+		case errors.Is(err, syscall.ENOTCONN), errors.Is(err, syscall.ECONNABORTED):
+			return unhealthy("DaemonGone", "the FUSE connection of image %s is gone: %w", a.Image.Spec(), err)
 		case hostmount.Unresponsive(err):
-			return unhealthy("Unresponsive", "the rbd-fuse daemon of image %s does not answer: %w", a.Image.Spec(), err)
+			return unhealthy("Unresponsive", "the FUSE server of image %s does not answer: %w", a.Image.Spec(), err)
 		}
-		return unhealthy("Unknown", "rbd-fuse for image %s: %w", a.Image.Spec(), err)
+		return unhealthy("Unknown", "FUSE file of image %s: %w", a.Image.Spec(), err)
 	}
 	if err := loopReads(ctx, a.Device, file); err != nil {
 		if hostmount.Unresponsive(err) {
-			return unhealthy("Unresponsive", "the rbd-fuse daemon of image %s does not answer: %w", a.Image.Spec(), err)
+			return unhealthy("Unresponsive", "the FUSE server of image %s does not answer: %w", a.Image.Spec(), err)
 		}
 		return unhealthy("DeviceGone", "loop device %s: %w", a.Device, err)
 	}
 	return nil
+}
+
+// isFuseFile reports whether a mount table file system type is this attacher's.
+func isFuseFile(fsType string) bool {
+	return fsType == "fuse."+FuseSubtype || slices.Contains([]string{"fuse", "fuse.rbd-fuse"}, fsType)
 }

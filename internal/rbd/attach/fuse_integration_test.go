@@ -1,16 +1,15 @@
 package attach
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
-	"github.com/monoceph/monoceph/internal/rbd/imagefs"
 )
 
 // hostRecorder runs commands on the host and keeps their command lines.
@@ -37,31 +35,33 @@ func (r *hostRecorder) Run(ctx context.Context, name string, args ...string) ([]
 	return r.x.Run(ctx, name, args...)
 }
 
-// TestFuseAttach attaches a real image with rbd-fuse: the command line is the one the Fuse
-// comment documents, the key file is gone when Attach returns, Attach is idempotent, Refresh
-// follows a resize without a remount, and Detach leaves nothing behind. An image in a RADOS
-// namespace is served by rbd-fuse where it takes pool arguments (Pacific), else by monoceph's
-// own server with the same arguments (Debian 13's Reef and forky's Tentacle rbd-fuse crash).
-func TestFuseAttach(t *testing.T) {
-	t.Run("pool rbd", func(t *testing.T) { testFuseAttach(t, "") })
-	t.Run("namespace", func(t *testing.T) { testFuseAttach(t, fmt.Sprintf("attach-test-%d", time.Now().UnixNano()%1e9)) })
+// fuseRig is a real image and a pool for the FUSE attacher.
+type fuseRig struct {
+	t       *testing.T
+	cl      cephtest.Cluster
+	ctx     context.Context
+	pool    *ceph.Pool
+	onImage func(func(*rados.IOContext) error) error
+	req     Request
 }
 
-// fuseImage makes a 32 MiB image in pool rbd's namespace ns ("": the default one) for a test,
-// removed when it ends; onImage runs fn with an IOContext of that namespace.
-func fuseImage(t *testing.T, ns string) (cl cephtest.Cluster, name string, onImage func(fn func(*rados.IOContext) error) error) {
-	cl = cephtest.Env(t)
+// newFuseRig makes a 32 MiB image in the test pool's RADOS namespace ns ("": the default one,
+// else one made for the test and removed with it).
+func newFuseRig(t *testing.T, ns string) *fuseRig {
+	cl := cephtest.Env(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
 	p := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(p.Close)
-	conn, err := p.Get(context.Background(), cl.Monitors, cl.Admin)
+	conn, err := p.Get(ctx, cl.Monitors, cl.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	onImage = func(fn func(*rados.IOContext) error) error {
+	onImage := func(fn func(*rados.IOContext) error) error {
 		_, err := ceph.Call(context.Background(), conn, "librbd", func(c *rados.Conn) (struct{}, error) {
 			io, err := c.OpenIOContext(cl.RBDPool)
 			if err != nil {
@@ -77,13 +77,14 @@ func fuseImage(t *testing.T, ns string) (cl cephtest.Cluster, name string, onIma
 		if err := onImage(func(io *rados.IOContext) error { io.SetNamespace(""); return rbd.NamespaceCreate(io, ns) }); err != nil {
 			t.Fatal(err)
 		}
+		// registered before the image's removal, so it runs after it
 		t.Cleanup(func() {
 			if err := onImage(func(io *rados.IOContext) error { io.SetNamespace(""); return rbd.NamespaceRemove(io, ns) }); err != nil {
 				t.Errorf("namespace %s: %v", ns, err)
 			}
 		})
 	}
-	name = fmt.Sprintf("attach-test-%d", time.Now().UnixNano())
+	name := fmt.Sprintf("attach-test-%d", time.Now().UnixNano())
 	if err := onImage(func(io *rados.IOContext) error {
 		o := rbd.NewRbdImageOptions()
 		defer o.Destroy()
@@ -92,76 +93,135 @@ func fuseImage(t *testing.T, ns string) (cl cephtest.Cluster, name string, onIma
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) { // a killed daemon's watch lasts 30 s
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			err := onImage(func(io *rados.IOContext) error { return rbd.RemoveImage(io, name) })
 			if err == nil || time.Now().After(deadline) {
 				return
 			}
 		}
 	})
-	return cl, name, onImage
+
+	// a work directory named like the node's (the image file is named after it)
+	work := filepath.Join(t.TempDir(), fmt.Sprintf("%x", time.Now().UnixNano()))
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return &fuseRig{t: t, cl: cl, ctx: ctx, pool: p, onImage: onImage,
+		req: Request{Image: Image{Pool: cl.RBDPool, Namespace: ns, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}}
+}
+
+// attacher is a Fuse on the rig's pool whose sessions end with the test; detach undoes what
+// the test left attached (registered after the work directory, so it runs first).
+func (r *fuseRig) attacher(x hostexec.Executor) *Fuse {
+	f := NewFuse(x, r.pool)
+	f.ConnectTimeout = 20 * time.Second
+	r.t.Cleanup(func() { f.Shutdown(context.Background()) })
+	return f
+}
+
+func (r *fuseRig) detachAtEnd(f *Fuse) {
+	r.t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: r.req.Image, WorkDir: r.req.WorkDir}) })
+}
+
+func (r *fuseRig) watchers() int {
+	r.t.Helper()
+	var n int
+	if err := r.onImage(func(io *rados.IOContext) error {
+		img, err := rbd.OpenImageReadOnly(io, r.req.Image.Name, rbd.NoSnapshot)
+		if err != nil {
+			return err
+		}
+		defer img.Close()
+		w, err := img.ListWatchers()
+		n = len(w)
+		return err
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+	return n
+}
+
+// readImage reads n bytes at off through librbd, not through the attachment.
+func (r *fuseRig) readImage(off int64, n int) []byte {
+	r.t.Helper()
+	buf := make([]byte, n)
+	if err := r.onImage(func(io *rados.IOContext) error {
+		img, err := rbd.OpenImageReadOnly(io, r.req.Image.Name, rbd.NoSnapshot)
+		if err != nil {
+			return err
+		}
+		defer img.Close()
+		_, err = img.ReadAt(buf, off)
+		return err
+	}); err != nil {
+		r.t.Fatal(err)
+	}
+	return buf
+}
+
+func writeDevice(t *testing.T, dev string, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFuseAttach attaches a real image: the only command is losetup, no key reaches a command
+// line or a file, the device writes to the image, Attach is idempotent, Refresh follows a
+// resize without a remount, and Detach leaves nothing behind, the image closed (no watcher)
+// when it returns. An image in a RADOS namespace works as well: librbd in this process is told
+// the pool and namespace (rbd-fuse 18.2.7 and 20.2.4, which this replaced, crash when given
+// either).
+func TestFuseAttach(t *testing.T) {
+	t.Run("default namespace", func(t *testing.T) { testFuseAttach(t, "") })
+	t.Run("namespace", func(t *testing.T) { testFuseAttach(t, fmt.Sprintf("attach-test-%d", time.Now().UnixNano()%1e9)) })
 }
 
 func testFuseAttach(t *testing.T, ns string) {
-	cl, name, onImage := fuseImage(t, ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-
+	r := newFuseRig(t, ns)
+	ctx, req, work := r.ctx, r.req, r.req.WorkDir
 	rec := &hostRecorder{x: hostexec.New(time.Minute)}
-	f := NewFuse(rec, cephtest.FuseServer())
-	f.ConnectTimeout = 20 * time.Second
-	work := t.TempDir()
-	req := Request{Image: Image{Pool: cl.RBDPool, Namespace: ns, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
-	prog := []string{"rbd-fuse"}
-	if len(poolArgs(req.Image)) > 0 && !f.rbdFuseTakesPools(ctx) {
-		if f.Server == "" {
-			t.Fatal("this rbd-fuse crashes when given a pool or namespace, and MONOCEPH_BIN names no monoceph to serve instead")
-		}
-		prog = []string{f.Server, "rbd-fuse"}
-	}
-	rec.calls = nil // the probe
-	// registered after TempDir, so it runs before the directory is removed
-	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
+	f := r.attacher(rec)
+	r.detachAtEnd(f)
 
 	a, err := f.Attach(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fuse := filepath.Join(work, "rbd-fuse")
-	if a.FuseDir != fuse || !strings.HasPrefix(a.Device, "/dev/loop") {
+	fuse := filepath.Join(work, "fuse")
+	if a.FuseDir != fuse || !strings.HasPrefix(a.Device, "/dev/loop") || a.Session == nil || a.Session.Minor == 0 {
 		t.Fatalf("attachment = %+v", a)
 	}
-	got := rec.calls[0]
-	kf := argAfter(got, "--keyfile")
-	want := append(slices.Clone(prog), "-c", filepath.Join(work, "ceph.conf"), "-m", cl.Monitors, "--id", cl.Admin.ID, "--keyfile", kf,
-		"--client_mount_timeout=20", "--admin_socket=", "--log_file=")
-	want = append(want, poolArgs(req.Image)...) // rbd-fuse's defaults are not named
-	want = append(want, "-r", name, "-o", "attr_timeout=0,entry_timeout=0,negative_timeout=0", fuse)
-	if !slices.Equal(got, want) {
-		t.Fatalf("rbd-fuse command line\n got %q\nwant %q", got, want)
+	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"losetup", "--find", "--show", filepath.Join(fuse, "vol-"+filepath.Base(work))}) {
+		t.Fatalf("commands %q, want one losetup", rec.calls)
 	}
-	if !slices.Equal(rec.calls[1], []string{"losetup", "--find", "--show", filepath.Join(fuse, name)}) {
-		t.Fatalf("second command %q", rec.calls[1])
+	if m, _ := hostmount.MountAt(fuse); m == nil || m.FsType != "fuse."+FuseSubtype {
+		t.Fatalf("mount at %s: %+v", fuse, m)
 	}
-	if _, err := os.Stat(kf); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("key file still there after Attach: %v", err)
-	}
-	for _, c := range rec.calls {
-		if strings.Contains(strings.Join(c, " "), cl.Admin.Key()) {
-			t.Fatalf("key on a command line: %q", c[0])
-		}
-	}
+	assertNoKey(t, work, r.cl.Admin.Key())
 	if err := f.Check(ctx, a); err != nil {
 		t.Fatalf("Check: %v", err)
 	}
-
-	n := len(rec.calls)
-	if a2, err := f.Attach(ctx, req); err != nil || a2 != a || len(rec.calls) != n {
-		t.Fatalf("second Attach = %+v, %v, ran %q; want the same attachment and no command", a2, err, rec.calls[n:])
+	data := bytes.Repeat([]byte("monoceph"), 512)
+	writeDevice(t, a.Device, 1<<20, data)
+	if got := r.readImage(1<<20, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("data written to the loop device is not in the image")
 	}
 
-	if err := onImage(func(io *rados.IOContext) error {
-		img, err := rbd.OpenImage(io, name, rbd.NoSnapshot)
+	if a2, err := f.Attach(ctx, req); err != nil || a2.Device != a.Device || len(rec.calls) != 1 {
+		t.Fatalf("second Attach = %+v, %v, ran %q; want the same attachment and no command", a2, err, rec.calls[1:])
+	}
+
+	if err := r.onImage(func(io *rados.IOContext) error {
+		img, err := rbd.OpenImage(io, req.Image.Name, rbd.NoSnapshot)
 		if err != nil {
 			return err
 		}
@@ -178,31 +238,13 @@ func testFuseAttach(t *testing.T, ns string) {
 		if err := f.Detach(ctx, a); err != nil {
 			t.Fatal(err)
 		}
-		if i > 0 {
-			continue
-		}
 		// released as Detach returns: a DeleteVolume or an attach elsewhere right after an
 		// unstage must not find the image in use
-		for _, daemon := range []string{"rbd-fuse", imagefs.DaemonName} {
-			if pids, err := hostexec.Daemons("/proc", daemon, fuse); err != nil || len(pids) != 0 {
-				t.Fatalf("%s %v (%v) still running after Detach", daemon, pids, err)
-			}
-		}
-		var watchers int
-		if err := onImage(func(io *rados.IOContext) error {
-			img, err := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
-			if err != nil {
-				return err
-			}
-			defer img.Close()
-			w, err := img.ListWatchers()
-			watchers = len(w)
-			return err
-		}); err != nil || watchers != 0 {
-			t.Fatalf("after Detach the image has %d watchers (%v), want 0", watchers, err)
+		if n := r.watchers(); i == 0 && n != 0 {
+			t.Fatalf("after Detach the image has %d watchers, want 0", n)
 		}
 	}
-	if m, _ := hostmount.MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, name) {
+	if m, _ := hostmount.MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, "vol-"+filepath.Base(work)) {
 		t.Fatalf("left behind: mount %v, dir %v, loop %s", m, exists(fuse), loopBacking(SysRoot, a.Device))
 	}
 	if entries, _ := os.ReadDir(work); len(entries) != 0 {
@@ -214,110 +256,115 @@ func testFuseAttach(t *testing.T, ns string) {
 	}
 }
 
-// TestFuseDetachWhileLoopHeld: a process still holding the loop device open when Detach runs
-// (as udev does, probing it after the change event) keeps the device, and with it the image
-// file, until it lets go; Detach waits for that instead of failing to unmount "target is busy"
-// (seen in the suites under load before it waited).
-func TestFuseDetachWhileLoopHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	f, a, _ := attachedImage(ctx, t, hostexec.New(time.Minute))
-	dev, err := os.Open(a.Device)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		time.Sleep(time.Second)
-		dev.Close()
-	}()
-	start := time.Now()
-	if err := f.Detach(ctx, a); err != nil {
-		t.Fatalf("Detach with the loop device held open for a second: %v", err)
-	}
-	if m, _ := hostmount.MountAt(a.FuseDir); m != nil || loopBacking(SysRoot, a.Device) != "" {
-		t.Fatalf("left behind: mount %v, loop %s", m, loopBacking(SysRoot, a.Device))
-	}
-	t.Logf("Detach waited %v for the holder", time.Since(start).Round(time.Millisecond))
-}
-
-// TestFuseDetachDeadMountPinnedElsewhere: a filesystem on the loop device stays mounted in
-// another mount namespace (a process that copied the host's mounts privately while the volume
-// was staged, as `unshare --mount` does) after the node unmounted its own, and the rbd-fuse
-// daemon has died. The node cannot unmount that copy; Detach must still leave nothing in its
-// own namespace (the dead mount detached lazily) instead of failing "target is busy" for ever,
-// and the kernel frees the loop device once the copy goes.
-func TestFuseDetachDeadMountPinnedElsewhere(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+// TestFuseResume: the attacher that serves an image stops (as the holder does on SIGTERM)
+// while another process keeps the FUSE connection; a new attacher given the connection serves
+// the same loop device with the data intact; one that is not given it is refused rather than
+// replace the device under its users; and an unstage before anyone resumed it still detaches
+// everything. Without a kept connection, a dead mount is replaced by a new one.
+func TestFuseResume(t *testing.T) {
+	r := newFuseRig(t, "")
+	ctx, req := r.ctx, r.req
 	x := hostexec.New(time.Minute)
-	f, a, name := attachedImage(ctx, t, x)
-	mnt := t.TempDir()
-	if _, err := x.Run(ctx, "mkfs.ext4", "-q", a.Device); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.Run(ctx, "mount", a.Device, mnt); err != nil {
-		t.Fatal(err)
-	}
-	// the copy: a process in a mount namespace of its own, made while the filesystem is mounted
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "600")
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	stopHolder := func() { _ = holder.Process.Kill(); _ = holder.Wait() }
-	t.Cleanup(stopHolder)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid)); strings.Contains(string(b), " "+mnt+" ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the holder's mount namespace never showed the filesystem")
-		}
-	}
-	if _, err := x.Run(ctx, "umount", mnt); err != nil {
-		t.Fatal(err)
-	}
-	pids, err := hostexec.Daemons("/proc", "rbd-fuse", a.FuseDir)
-	if err != nil || len(pids) != 1 {
-		t.Fatalf("rbd-fuse daemons %v, %v", pids, err)
-	}
-	if err := syscall.Kill(pids[0], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(a.FuseDir, name)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := os.Stat(file); errors.Is(err, syscall.ENOTCONN) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the rbd-fuse mount still answers after its daemon was killed")
-		}
-	}
-	if err := f.Detach(ctx, a); err != nil {
-		t.Fatalf("Detach of a dead mount pinned from another mount namespace: %v", err)
-	}
-	if m, _ := hostmount.MountAt(a.FuseDir); m != nil || exists(a.FuseDir) {
-		t.Fatalf("left behind in the node's namespace: mount %v, dir %v", m, exists(a.FuseDir))
-	}
-	stopHolder()
-	for deadline := time.Now().Add(10 * time.Second); loopBacking(SysRoot, a.Device) == file; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("loop device %s still on %s after the copy went", a.Device, file)
-		}
-	}
-}
-
-// attachedImage attaches a fresh image of the test pool with a Fuse running commands on x,
-// detached again when t ends; it returns the attacher, the attachment and the image's name.
-func attachedImage(ctx context.Context, t *testing.T, x hostexec.Executor) (*Fuse, Attachment, string) {
-	t.Helper()
-	cl, name, _ := fuseImage(t, "")
-	f := NewFuse(x, cephtest.FuseServer())
-	work := t.TempDir()
-	req := Request{Image: Image{Pool: cl.RBDPool, Name: name}, MonHost: cl.Monitors, Cred: cl.Admin, WorkDir: work}
-	t.Cleanup(func() { _ = f.Detach(context.Background(), Attachment{Image: req.Image, WorkDir: work}) })
-	a, err := f.Attach(ctx, req)
+	first := r.attacher(x)
+	r.detachAtEnd(first)
+	a, err := first.Attach(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return f, a, name
+	conn, err := first.Connection(a.FuseDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.File.Close() })
+	data := bytes.Repeat([]byte("resumed!"), 512)
+	writeDevice(t, a.Device, 2<<20, data)
+	first.Shutdown(ctx)
+	if n := r.watchers(); n != 0 {
+		t.Fatalf("a stopped server keeps %d watchers", n)
+	}
+
+	second := r.attacher(x)
+	r.detachAtEnd(second)
+	short, cancel := context.WithTimeout(ctx, 3*time.Second)
+	second.ConnectTimeout = time.Second
+	_, err = second.Attach(short, req)
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "connection is still open") {
+		t.Fatalf("Attach of a kept connection without it = %v, want a refusal", err)
+	}
+	second.ConnectTimeout = 20 * time.Second
+	resumed := req
+	resumed.Resume = conn
+	b, err := second.Attach(ctx, resumed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Device != a.Device {
+		t.Fatalf("resumed on %s, was %s", b.Device, a.Device)
+	}
+	got := make([]byte, len(data))
+	dev, err := os.Open(b.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dev.ReadAt(got, 2<<20); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("reading the device after the resume: %v", err)
+	}
+	dev.Close()
+
+	// stopped again; unstaged before anybody resumed it
+	second.Shutdown(ctx)
+	third := r.attacher(x)
+	if err := third.DetachResuming(ctx, b, conn); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := hostmount.MountAt(b.FuseDir); m != nil || loopBacking(SysRoot, b.Device) != "" {
+		t.Fatalf("left behind after DetachResuming: mount %v, loop %q", m, loopBacking(SysRoot, b.Device))
+	}
+
+	// nobody keeps the connection: it ends with its server, and a new attach replaces it
+	fourth := r.attacher(x)
+	r.detachAtEnd(fourth)
+	c, err := fourth.Attach(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fourth.Shutdown(ctx)
+	fifth := r.attacher(x)
+	r.detachAtEnd(fifth)
+	d, err := fifth.Attach(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fifth.Check(ctx, d); err != nil {
+		t.Fatalf("Check of the replaced attachment: %v", err)
+	}
+	if loopBacking(SysRoot, c.Device) != "" && c.Device != d.Device {
+		t.Fatalf("the loop device on the dead connection (%s) is still bound", c.Device)
+	}
+	if err := fifth.Detach(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// assertNoKey fails when key is in a file under dir. Mounts are not entered: the image file
+// is served by this very process, which must never hold a file of its own FUSE mount open
+// (exiting with one open waits forever for the flush only it could answer).
+func assertNoKey(t *testing.T, dir, key string) {
+	t.Helper()
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			if m, _ := hostmount.MountAt(p); m != nil {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(key)) {
+			t.Errorf("key in %s", p)
+		}
+		return nil
+	})
 }

@@ -19,8 +19,11 @@ import (
 // loop devices are driven with losetup (util-linux) and inspected through sysfs and
 // LOOP_GET_STATUS64, which need no command.
 
-// loopsBackedBy lists the loop devices whose backing file has the name file, in sysfs order.
-func loopsBackedBy(sys, file string) ([]string, error) {
+// loopsNamed lists the loop devices whose backing file has the base name name, in sysfs order.
+// The kernel names a backing file by its path as seen from the namespace it was opened in;
+// once that is gone (a container ended), by its path inside its own file system: the base
+// name is what stays. Only sysfs is read, never the file.
+func loopsNamed(sys, name string) ([]string, error) {
 	paths, err := filepath.Glob(filepath.Join(sys, "block", "loop*", "loop", "backing_file"))
 	if err != nil {
 		return nil, err
@@ -31,35 +34,53 @@ func loopsBackedBy(sys, file string) ([]string, error) {
 		if err != nil {
 			continue // detached while we looked
 		}
-		name := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
-		if name == file {
+		if filepath.Base(strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")) == name {
 			devs = append(devs, "/dev/"+filepath.Base(filepath.Dir(filepath.Dir(p))))
 		}
 	}
 	return devs, nil
 }
 
-// loopReleaseWait bounds waitLoopsReleased.
-const loopReleaseWait = 5 * time.Second
-
-// waitLoopsReleased waits, up to loopReleaseWait or ctx, until no loop device is backed by
-// file. `losetup --detach` of a device that another process still has open (udev probing it
-// after the change event, say) only marks it to clear itself on the last close: until then it
-// holds the file open, and unmounting the FUSE mount under it fails "target is busy". It gives
-// up quietly: the unmount then says why, or detaches a dead mount lazily.
-func waitLoopsReleased(ctx context.Context, sys, file string) {
-	deadline := time.Now().Add(loopReleaseWait)
-	for {
-		loops, err := loopsBackedBy(sys, file)
-		if err != nil || len(loops) == 0 || time.Now().After(deadline) {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
+// loopReadsInode reports whether dev's backing file is inode ino of the file system with
+// device number major:minor. The kernel asks the file's file system for the answer, a FUSE
+// server that may not answer: the wait is bounded by ctx and loopStatusTimeout.
+func loopReadsInode(ctx context.Context, dev string, major, minor uint32, ino uint64) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, loopStatusTimeout)
+	defer cancel()
+	type result struct {
+		info *unix.LoopInfo64
+		err  error
 	}
+	ch := make(chan result, 1)
+	go func() {
+		info, err := loopStatus(dev)
+		ch <- result{info, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return false, r.err
+		}
+		return r.info.Device == unix.Mkdev(major, minor) && r.info.Inode == ino, nil
+	case <-ctx.Done():
+		return false, fmt.Errorf("loop device %s: the server of its file does not answer: %w", dev, ctx.Err())
+	}
+}
+
+// loopStatusTimeout bounds loopReadsInode.
+const loopStatusTimeout = 10 * time.Second
+
+func loopStatus(dev string) (*unix.LoopInfo64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+	if err != nil {
+		return nil, &os.PathError{Op: "ioctl LOOP_GET_STATUS64", Path: dev, Err: err}
+	}
+	return info, nil
 }
 
 // loopBacking is the backing file name of a loop device, "" when the device is not set up.
@@ -78,8 +99,8 @@ func loopReadOnly(sys, dev string) bool {
 }
 
 // loopReads reports whether dev reads the very file now at path (same device and inode), not
-// just a file of that name: a loop device set up on an earlier rbd-fuse mount of the same
-// directory still names it, but reads a file whose daemon is gone.
+// just a file of that name: a loop device set up on an earlier FUSE mount of the same
+// directory still names it, but reads a file whose connection is gone.
 func loopReads(ctx context.Context, dev, path string) error {
 	fi, err := hostmount.StatWithin(ctx, path)
 	if err != nil {
@@ -89,14 +110,9 @@ func loopReads(ctx context.Context, dev, path string) error {
 	if !ok {
 		return fmt.Errorf("stat %s: no device and inode", path)
 	}
-	f, err := os.Open(dev)
+	info, err := loopStatus(dev)
 	if err != nil {
 		return err
-	}
-	defer f.Close()
-	info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
-	if err != nil {
-		return &os.PathError{Op: "ioctl LOOP_GET_STATUS64", Path: dev, Err: err}
 	}
 	if info.Device != st.Dev || info.Inode != st.Ino {
 		return fmt.Errorf("%s reads an earlier %s (device %d inode %d, now %d/%d)", dev, path, info.Device, info.Inode, st.Dev, st.Ino)

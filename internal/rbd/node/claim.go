@@ -27,9 +27,9 @@ import (
 // that does not publish.
 //
 // Clients at this node's own addresses never count: after a crash, the watch of this node's
-// own dead rbd-fuse lingers for 30 s, and re-staging must not lock the node out; rbd-fuse
-// itself opens the image after this check. A lock owner without a watch is a dead client
-// whose lock librbd breaks, blocklisting it, when the new rbd-fuse takes the lock; watchers
+// own dead FUSE server (the plugin's or the mount holder's) lingers for 30 s, and re-staging
+// must not lock the node out; the server itself opens the image after this check. A lock owner without a watch is a dead client
+// whose lock librbd breaks, blocklisting it, when the new server takes the lock; watchers
 // the blocklist covers are cut off already (a fenced node).
 func (s *Server) claim(ctx context.Context, r stageRequest, monHost string) error {
 	if s.opts.Pool == nil {

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/faultpoint"
@@ -44,7 +43,7 @@ func TestPublishCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{NodeID: "node-1", StateDir: c.StateDir, Clusters: clusters, Locks: server.NewOpLocks(), FuseServer: cephtest.FuseServer()})
+	s, err := New(Options{NodeID: "node-1", StateDir: c.StateDir, Clusters: clusters, Locks: server.NewOpLocks()})
 	if err != nil {
 		t.Fatal(err)
 	}

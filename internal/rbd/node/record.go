@@ -23,7 +23,10 @@ type record struct {
 	FsType      string   `json:"fsType,omitempty"`
 	MountFlags  []string `json:"mountFlags,omitempty"`
 	ReadOnly    bool     `json:"readOnly"`
-	// Attachment is what the mounter set up: device, rbd-fuse directory, work directory.
+	// CephUser is the Ceph user the attachment authenticated as (with the recovery key, what
+	// Recover reattaches with).
+	CephUser string `json:"cephUser,omitempty"`
+	// Attachment is what the mounter set up: device, FUSE directory, work directory.
 	Attachment attach.Attachment `json:"attachment"`
 	// ReadOnlyLayers are the read-only loop devices block publishes put over the device, by
 	// target path. Each is recorded before it is bound to the device, so one left by a
@@ -46,7 +49,7 @@ func readRecord(stagingPath string) (*record, error) {
 }
 
 // loadRecord returns the record of a staging path, or nil when there is none, with the
-// attachment's work directory (and the rbd-fuse mount point in it) derived from the volume ID
+// attachment's work directory (and the FUSE mount point in it) derived from the volume ID
 // whatever the file says. The file lives next to the staging path, outside the state
 // directory, and detaching removes key files and directories there: never in a directory read
 // back from a file. (The field is still written, for people and older versions.)

@@ -17,6 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	"k8s.io/mount-utils"
 )
@@ -24,27 +25,30 @@ import (
 // Options configure the node service.
 type Options struct {
 	NodeID string
-	// StateDir holds node-private state: per-volume rbd-fuse mount points and, briefly, key
+	// StateDir holds node-private state: per-volume FUSE mount points and, briefly, key
 	// files. It is created 0700.
 	StateDir string
 	Clusters *clustermap.Store
 	// Locks serialise operations per volume; a busy volume answers ABORTED.
 	Locks *server.OpLocks
-	// Timeout bounds each command that attaches, mounts or inspects (rbd-fuse, rbd, losetup,
+	// Timeout bounds each command that attaches, mounts or inspects (rbd, losetup,
 	// mount, umount); the driver passes --ceph-op-timeout.
 	Timeout time.Duration
+	// Pool connects to Ceph as the node-stage credentials: the fuse mounter serves the images
+	// it attaches through it (in this process, unless a mount holder does), and stage records
+	// this node's client addresses with the volume and checks who else holds the image (see
+	// claim). Without it (unit tests) neither happens, and the fuse mounter is unavailable.
+	Pool *ceph.Pool
+	// FuseAttacher replaces the in-process fuse mounter: the mount holder's (package
+	// mounter). Staged fuse volumes then keep a recovery key, and Recover reattaches them.
+	FuseAttacher attach.Attacher
+	// RecoverBackoff paces Recover's retries (zero: nodereq.DefaultRecoverBackoff).
+	RecoverBackoff wait.Backoff
 	// FilesystemTimeout bounds each filesystem command (blkid, mkfs, fsck, resize2fs,
 	// xfs_growfs, and the mount after them); the driver passes --node-command-timeout. Making,
 	// checking or growing the filesystem of a large volume takes far longer than any Ceph
 	// operation, and killing it half way helps nobody.
 	FilesystemTimeout time.Duration
-	// Pool connects to Ceph as the node-stage credentials, to record this node's client
-	// addresses with the volume and to check who else holds the image (see claim). Without it
-	// (unit tests) neither happens.
-	Pool *ceph.Pool
-	// FuseServer is the monoceph executable whose `rbd-fuse` subcommand serves the images the
-	// node's rbd-fuse cannot (attach.Fuse.Server); empty: rbd-fuse only.
-	FuseServer string
 }
 
 // Defaults of Options.Timeout and Options.FilesystemTimeout.
@@ -104,7 +108,13 @@ func newServer(opts Options, x, fsx hostexec.Executor) (*Server, error) {
 	connect := max(opts.Timeout/2, time.Second)
 	// a zero Mounter: mount.New would run commands (systemd and umount probes) with no
 	// timeout, and its mounting is replaced by boundMounter anyway
-	s := &Server{opts: opts, x: x, fsx: fsx, attachers: attach.Set(x, connect, opts.FuseServer), base: &mount.Mounter{}}
+	if opts.RecoverBackoff.Duration <= 0 {
+		opts.RecoverBackoff = nodereq.DefaultRecoverBackoff
+	}
+	s := &Server{opts: opts, x: x, fsx: fsx, attachers: attach.Set(x, connect, opts.Pool), base: &mount.Mounter{}}
+	if opts.FuseAttacher != nil {
+		s.attachers[volumecontext.MounterFuse] = opts.FuseAttacher
+	}
 	for _, name := range []string{volumecontext.MounterKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse} {
 		if err := s.attachers[name].Available(); err != nil {
 			klog.InfoS("RBD mounter unavailable; volumes that ask for it will fail to stage", "mounter", name, "reason", err)
@@ -181,6 +191,10 @@ func errorCode(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, attach.ErrImageNotFound):
 		return codes.NotFound
+	case errors.Is(err, attach.ErrConnectionLost):
+		return codes.FailedPrecondition
+	case errors.Is(err, ceph.ErrUnavailable):
+		return codes.Unavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

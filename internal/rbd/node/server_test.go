@@ -8,7 +8,7 @@ import (
 	"time"
 
 	v1 "github.com/monoceph/monoceph/api/v1"
-	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/server"
@@ -31,8 +31,9 @@ func newTestServer(t *testing.T, m v1.ClusterMap, x hostexec.Executor) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: server.NewOpLocks(), Timeout: time.Minute,
-		FuseServer: cephtest.FuseServer()}
+	pool := ceph.NewPool(ceph.PoolOptions{})
+	t.Cleanup(pool.Close)
+	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: server.NewOpLocks(), Timeout: time.Minute, Pool: pool}
 	if x == nil {
 		x = hostexec.New(opts.Timeout)
 	}

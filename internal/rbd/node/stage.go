@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/nodestate"
@@ -126,7 +127,15 @@ func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attache
 	if err != nil {
 		return errorStatus("attaching image "+rec.Attachment.Image.Spec(), err)
 	}
+	faultpoint.Hit("rbd.NodeStageVolume.attached")
 	rec.Attachment = a
+	if s.keepsRecoveryKey(rec) {
+		// refreshed by every stage: secrets may rotate
+		rec.CephUser = r.cred.ID
+		if err := nodestate.SaveRecoveryKey(rec.Attachment.WorkDir, r.cred.Key()); err != nil {
+			return status.Errorf(codes.Internal, "saving the recovery key: %v", err)
+		}
+	}
 	if err := rec.write(); err != nil {
 		return status.Errorf(codes.Internal, "writing the staging record: %v", err)
 	}
@@ -135,6 +144,7 @@ func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attache
 			return err
 		}
 	}
+	faultpoint.Hit("rbd.NodeStageVolume.mounted")
 	rec.State = stateStaged
 	if err := rec.write(); err != nil {
 		return status.Errorf(codes.Internal, "writing the staging record: %v", err)
@@ -230,6 +240,7 @@ func (s *Server) unstage(ctx context.Context, rec *record) error {
 	if err := hostmount.Unmount(ctx, s.x, rec.StagingPath); err != nil {
 		return errorStatus("unmounting "+rec.StagingPath, err)
 	}
+	faultpoint.Hit("rbd.NodeUnstageVolume.unmounted")
 	// read-only layers of publishes the CO did not unpublish (a layer still bound at a target
 	// is only marked to go when released)
 	for target := range rec.ReadOnlyLayers {
@@ -245,11 +256,15 @@ func (s *Server) unstage(ctx context.Context, rec *record) error {
 	if err := attacher.Detach(ctx, rec.Attachment); err != nil {
 		return errorStatus("detaching image "+rec.Attachment.Image.Spec(), err)
 	}
+	faultpoint.Hit("rbd.NodeUnstageVolume.detached")
 	if dir := rec.Attachment.WorkDir; dir != "" {
 		// os.Remove, never RemoveAll: were anything still mounted in there, recursive removal
 		// would reach into it (and unlinking the file rbd-fuse shows removes the image)
 		if err := nodestate.RemoveIndex(dir); err != nil {
 			return status.Errorf(codes.Internal, "removing the volume index: %v", err)
+		}
+		if err := nodestate.RemoveRecoveryKey(dir); err != nil {
+			return status.Errorf(codes.Internal, "removing the recovery key: %v", err)
 		}
 		if err := ignoreNotExist(os.Remove(dir)); errors.Is(err, unix.ENOTEMPTY) {
 			klog.FromContext(ctx).Info("Work directory not empty, left in place", "dir", dir)

@@ -9,12 +9,14 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
 )
 
-// TestFrozenRbdFuseIsUnresponsive freezes (SIGSTOP) the rbd-fuse daemon of a staged volume:
-// 100 concurrent NodeGetVolumeHealth calls report it Unresponsive by their deadline (alive but
-// not answering: not DaemonGone, which would invite a remount under it), and the process does
-// not gain a thread per call. Resumed, the volume is healthy again.
+// TestFrozenRbdFuseIsUnresponsive stops the FUSE server of a staged volume while the test keeps
+// its connection (what the node plugin does while the mount holder restarts): 100 concurrent
+// NodeGetVolumeHealth calls report it Unresponsive by their deadline (alive but not answering:
+// not DaemonGone, which would invite a remount under it), and the process does not gain a
+// thread per call. Resumed through the kept connection, the volume is healthy again.
 func TestFrozenRbdFuseIsUnresponsive(t *testing.T) {
 	r := newRig(t)
 	img := r.image("", 16*mib)
@@ -37,8 +39,19 @@ func TestFrozenRbdFuseIsUnresponsive(t *testing.T) {
 	if got, err := health(r.ctx); got != "healthy" || err != nil {
 		t.Fatalf("health before the freeze: %s, %v", got, err)
 	}
+	rec, err := r.s.findRecord(vol, "")
+	if err != nil || rec == nil {
+		t.Fatalf("record: %v, %v", rec, err)
+	}
+	conn, err := r.fuse().Connection(rec.Attachment.FuseDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.File.Close() })
+	if err := r.fuse().Stop(r.ctx, rec.Attachment.FuseDir); err != nil {
+		t.Fatal(err)
+	}
 	before := cephtest.Threads(t)
-	resume := cephtest.Freeze(t, daemonOf(t, filepath.Join(r.s.workDir(vol), "rbd-fuse")))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	reasons := map[string]int{}
@@ -58,21 +71,24 @@ func TestFrozenRbdFuseIsUnresponsive(t *testing.T) {
 	}
 	wg.Wait()
 	grew := cephtest.Threads(t) - before
-	t.Logf("100 health calls on a frozen rbd-fuse: %v in %v; threads %d → %d", reasons, time.Since(start).Round(time.Millisecond), before, before+grew)
+	t.Logf("100 health calls on a stopped FUSE server: %v in %v; threads %d → %d", reasons, time.Since(start).Round(time.Millisecond), before, before+grew)
 	if reasons["Unresponsive"] != 100 {
-		t.Errorf("health of a frozen rbd-fuse: %v, want Unresponsive for all", reasons)
+		t.Errorf("health of a stopped FUSE server: %v, want Unresponsive for all", reasons)
 	}
 	if grew > 12 {
 		t.Errorf("the process gained %d threads over 100 calls", grew)
 	}
-	resume()
+	if _, err := r.fuse().Attach(r.ctx, attach.Request{Image: img, MonHost: r.cl.Monitors, Cred: r.cl.Admin,
+		WorkDir: rec.Attachment.WorkDir, Resume: conn}); err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		got, err := health(r.ctx)
 		if got == "healthy" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("health after the daemon resumed: %s, %v", got, err)
+			t.Fatalf("health after the server resumed: %s, %v", got, err)
 		}
 	}
 	if err := r.unstage(vol, staging); err != nil {
