@@ -97,6 +97,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"no driver", "rbd.enabled=false,cephfs.enabled=false", "nothing to install"},
 		{"node user without a key", "cephUser.node.id=n", "cephUser.node.key is required"},
 		{"two node plugins on one host port", "cephfs.nodeMetricsPort=9080", "cephfs.nodeMetricsPort: port 9080 is also rbd.nodeMetricsPort"},
+		{"two mount holders on one host port", "cephfs.mounterMetricsPort=9081", "cephfs.mounterMetricsPort: port 9081 is also rbd.mounterMetricsPort"},
 		{"existing TLS Secret without its CA (no cluster to read it from)", "rbd.snapshotMetadata.enabled=true,rbd.snapshotMetadata.tls.existingSecret=x", "set caCert"},
 		{"group snapshot class without group snapshots", "rbd.groupSnapshotClass.create=true", "rbd.groupSnapshotClass.create needs groupSnapshots.enabled"},
 		{"group snapshot class deletion policy", "groupSnapshots.enabled=true,cephfs.groupSnapshotClass.deletionPolicy=Keep", "at '/cephfs/groupSnapshotClass/deletionPolicy'"},

@@ -142,7 +142,7 @@ func (e *env) stepInstall() {
 		kinds[o.GetKind()]++
 	}
 	e.t.Logf("release objects: %v", kinds)
-	for kind, n := range map[string]int{"Deployment": 2, "DaemonSet": 2, "CSIDriver": 2, "ConfigMap": 1, "StorageClass": 2,
+	for kind, n := range map[string]int{"Deployment": 2, "DaemonSet": 4, "CSIDriver": 2, "ConfigMap": 1, "StorageClass": 2,
 		"VolumeSnapshotClass": 2, "VolumeGroupSnapshotClass": 1, "Service": 1, "SnapshotMetadataService": 1, "ServiceAccount": 4, "ClusterRole": 3, "Secret": 2} {
 		if kinds[kind] != n {
 			e.t.Errorf("release has %d %s objects, want %d", kinds[kind], kind, n)

@@ -78,7 +78,7 @@ func newEnv(t *testing.T) *env {
 	e.ports = map[string]int{}
 	for _, p := range []string{"rbdControllerMetrics", "rbdNodeMetrics", "rbdCSIAddons", "rbdSnapshotMetadata",
 		"fsControllerMetrics", "fsNodeMetrics", "fsCSIAddons", "rbdProvisioner", "rbdSnapshotter", "rbdResizer",
-		"fsProvisioner", "fsSnapshotter", "fsResizer", "rbdAttacher"} {
+		"fsProvisioner", "fsSnapshotter", "fsResizer", "rbdAttacher", "rbdMounterMetrics", "fsMounterMetrics"} {
 		e.ports[p] = kubetest.FreePort(t)
 	}
 	// short: FUSE admin sockets live below the node plugin's state directory (107-byte limit)

@@ -37,8 +37,13 @@ func rendered(t *testing.T, extra ...string) (map[string]appsv1.Deployment, map[
 			t.Fatal(err)
 		}
 	}
-	if len(deps) != 2 || len(dss) != 2 {
-		t.Fatalf("rendered %d Deployments and %d DaemonSets, want 2 each", len(deps), len(dss))
+	// a controller and a node plugin per driver, and a mount holder per driver unless disabled
+	wantDS := 4
+	if slices.Contains(extra, "mounter.enabled=false") {
+		wantDS = 2
+	}
+	if len(deps) != 2 || len(dss) != wantDS {
+		t.Fatalf("rendered %d Deployments and %d DaemonSets, want 2 and %d", len(deps), len(dss), wantDS)
 	}
 	return deps, dss
 }
@@ -76,9 +81,10 @@ func TestChartControllersRunUnprivileged(t *testing.T) {
 	}
 }
 
-// TestChartNodeMetricsListener: the node plugins share the host's network, so their metrics
-// and health listener binds the node's own IP by default, not every interface of the host;
-// node.metricsHost moves it, and the liveness probe follows.
+// TestChartNodeMetricsListener: the node plugins and the mount holders share the host's
+// network, so their metrics and health listener binds the node's own IP by default, not every
+// interface of the host; node.metricsHost moves it, and the probe (liveness for the node
+// plugin, readiness only for the holder) follows.
 func TestChartNodeMetricsListener(t *testing.T) {
 	for _, tt := range []struct {
 		name      string
@@ -95,7 +101,11 @@ func TestChartNodeMetricsListener(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			_, dss := rendered(t, tt.set...)
 			for name, ds := range dss {
-				c := container(t, ds.Spec.Template.Spec, "monoceph")
+				cname := "monoceph"
+				if strings.HasSuffix(name, "-mounter") {
+					cname = "mounter"
+				}
+				c := container(t, ds.Spec.Template.Spec, cname)
 				var addr string
 				for _, a := range c.Args {
 					if v, ok := strings.CutPrefix(a, "--metrics-address="); ok {
@@ -112,10 +122,54 @@ func TestChartNodeMetricsListener(t *testing.T) {
 				if hasEnv != tt.nodeIPEnv {
 					t.Errorf("%s: NODE_IP from status.hostIP: %v, want %v", name, hasEnv, tt.nodeIPEnv)
 				}
-				if h := c.LivenessProbe.HTTPGet.Host; h != tt.probeHost {
-					t.Errorf("%s: liveness probe host %q, want %q", name, h, tt.probeHost)
+				probe := c.LivenessProbe
+				if cname == "mounter" {
+					// a liveness restart of the holder would pause the node's FUSE volumes
+					if c.LivenessProbe != nil {
+						t.Errorf("%s: a liveness probe on the mount holder", name)
+					}
+					probe = c.ReadinessProbe
+				}
+				if h := probe.HTTPGet.Host; h != tt.probeHost {
+					t.Errorf("%s: probe host %q, want %q", name, h, tt.probeHost)
 				}
 			}
 		})
+	}
+}
+
+// TestChartMountHolder: each node plugin talks to the mount holder of its driver at the socket
+// that holder serves (<state-dir>/<driver name>/mounter.sock), the holder is updated only on
+// request (OnDelete), and without the holder the node plugin keeps its FUSE mounts itself.
+func TestChartMountHolder(t *testing.T) {
+	arg := func(c corev1.Container, flag string) string {
+		for _, a := range c.Args {
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	_, dss := rendered(t)
+	for _, kind := range []string{"rbd", "cephfs"} {
+		node := container(t, dss["r-monoceph-"+kind+"-node"].Spec.Template.Spec, "monoceph")
+		ds := dss["r-monoceph-"+kind+"-mounter"]
+		holder := container(t, ds.Spec.Template.Spec, "mounter")
+		want := "unix://" + arg(holder, "--state-dir") + "/" + arg(holder, "--drivername") + "/mounter.sock"
+		if got := arg(node, "--mounter-endpoint"); got != want || arg(node, "--state-dir") != arg(holder, "--state-dir") {
+			t.Errorf("%s: node plugin --mounter-endpoint=%s, want %s (the holder's socket)", kind, got, want)
+		}
+		if arg(holder, "--mode") != "mounter" || arg(holder, "--type") != kind {
+			t.Errorf("%s: holder args %q", kind, holder.Args)
+		}
+		if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+			t.Errorf("%s: holder update strategy %s, want OnDelete", kind, ds.Spec.UpdateStrategy.Type)
+		}
+	}
+	_, dss = rendered(t, "mounter.enabled=false")
+	for name, ds := range dss {
+		if c := container(t, ds.Spec.Template.Spec, "monoceph"); arg(c, "--mounter-endpoint") != "" {
+			t.Errorf("%s: --mounter-endpoint without a holder", name)
+		}
 	}
 }

@@ -29,12 +29,14 @@ import (
 // rbd or ceph module), and the changed block service reached at 127.0.0.1 with that address in
 // its generated certificate. The kubelet directory is the chart's default: each node's is below
 // its own root. forChart01 leaves out what the chart 0.1.0 schema does not know (the
-// attacher's port).
+// attacher's and the mount holders' ports).
 func (e *env) localValues(forChart01 bool) string {
 	p := e.ports
 	attacher := fmt.Sprintf(", attacher: %d", p["rbdAttacher"])
+	rbdHolder := fmt.Sprintf("\n  mounterMetricsPort: %d", p["rbdMounterMetrics"])
+	fsHolder := fmt.Sprintf("\n  mounterMetricsPort: %d", p["fsMounterMetrics"])
 	if forChart01 {
-		attacher = ""
+		attacher, rbdHolder, fsHolder = "", "", ""
 	}
 	v := fmt.Sprintf(`controller:
   replicas: 1
@@ -45,7 +47,7 @@ node:
   nodeSelector: {%s: "true"}
 rbd:
   controllerMetricsPort: %d
-  nodeMetricsPort: %d
+  nodeMetricsPort: %d%s
   sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d%s}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
@@ -55,13 +57,13 @@ rbd:
     tls: {extraIPAddresses: [127.0.0.1]}
 cephfs:
   controllerMetricsPort: %d
-  nodeMetricsPort: %d
+  nodeMetricsPort: %d%s
   sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
-`, controlLabel, storageLabel, p["rbdControllerMetrics"], p["rbdNodeMetrics"], p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"], attacher,
+`, controlLabel, storageLabel, p["rbdControllerMetrics"], p["rbdNodeMetrics"], rbdHolder, p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"], attacher,
 		p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
-		p["fsControllerMetrics"], p["fsNodeMetrics"], p["fsProvisioner"], p["fsSnapshotter"], p["fsResizer"], p["fsCSIAddons"])
+		p["fsControllerMetrics"], p["fsNodeMetrics"], fsHolder, p["fsProvisioner"], p["fsSnapshotter"], p["fsResizer"], p["fsCSIAddons"])
 	// not below the test's TempDir: helm's -f splits its argument at commas, which test names hold
 	dir, err := os.MkdirTemp(e.runner.root, "values-")
 	if err != nil {
@@ -234,6 +236,10 @@ func (e *env) startPodsOf(ns, rel string, drivers map[string]string) {
 			return false, err.Error()
 		}
 		for _, d := range dss.Items {
+			// the mount holders (chart 0.2.0 on), next to the node plugins
+			if c := d.Labels["app.kubernetes.io/component"]; strings.HasSuffix(c, "-mounter") {
+				want[c] = nodePlugins
+			}
 			st := d.Status
 			if st.ObservedGeneration < d.Generation || st.UpdatedNumberScheduled != st.DesiredNumberScheduled || st.NumberReady != st.DesiredNumberScheduled || st.DesiredNumberScheduled == 0 {
 				return false, fmt.Sprintf("DaemonSet %s rolling out: %+v", d.Name, st)
@@ -264,9 +270,13 @@ func (e *env) startPodsOf(ns, rel string, drivers map[string]string) {
 	for _, p := range pods {
 		c := p.Labels["app.kubernetes.io/component"]
 		var sock string
-		if kind, ok := strings.CutSuffix(c, "-node"); ok {
+		switch kind, _ := strings.CutSuffix(c, "-node"); {
+		case strings.HasSuffix(c, "-node"):
 			sock = e.runner.nodeOf(&p).host(filepath.Join(kubeletDir, "plugins", drivers[kind], "csi.sock"))
-		} else {
+		case strings.HasSuffix(c, "-mounter"):
+			// <state-dir>/<driver name>/mounter.sock on the holder's node
+			sock = e.runner.nodeOf(&p).host(filepath.Join(podArg(&p, "--state-dir"), podArg(&p, "--drivername"), "mounter.sock"))
+		default:
 			sock = filepath.Join(e.runner.root, "pods", p.Name, "volumes", "socket-dir", "csi.sock")
 		}
 		e.runner.socketReady(e.t, p.Name, sock, 30*time.Second)
@@ -274,6 +284,16 @@ func (e *env) startPodsOf(ns, rel string, drivers map[string]string) {
 	}
 	// the node plugins serve: the kubelets register them
 	e.registerDrivers(slices.Collect(maps.Values(drivers))...)
+}
+
+// podArg is the value of flag (--name) in the pod's first container's arguments, "" when absent.
+func podArg(p *corev1.Pod, flag string) string {
+	for _, a := range p.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, flag+"="); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // checkProbes calls every HTTP probe of a pod's containers as the kubelet would, so a wrong

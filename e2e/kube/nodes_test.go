@@ -186,6 +186,14 @@ func (e *env) kubeletStep() []string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// a node's mount holders start before its node plugins, which use them
+	holderLast := func(p corev1.Pod) int {
+		if strings.HasSuffix(p.Labels["app.kubernetes.io/component"], "-mounter") {
+			return 0
+		}
+		return 1
+	}
+	slices.SortStableFunc(list.Items, func(a, b corev1.Pod) int { return holderLast(a) - holderLast(b) })
 	var started []string
 	for i := range list.Items {
 		pod := &list.Items[i]

@@ -83,6 +83,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- $mine := dict "controllerMetricsPort" $d.controllerMetricsPort "nodeMetricsPort" $d.nodeMetricsPort -}}
 {{- range $sidecar, $port := $d.sidecarHealthPorts }}{{ $_ := set $mine (printf "sidecarHealthPorts.%s" $sidecar) $port }}{{ end -}}
 {{- if $d.csiAddons.enabled }}{{ $_ := set $mine "csiAddons.port" $d.csiAddons.port }}{{ end -}}
+{{- if $.Values.mounter.enabled }}{{ $_ := set $mine "mounterMetricsPort" $d.mounterMetricsPort }}{{ end -}}
 {{- if and (eq $kind "rbd") $d.snapshotMetadata.enabled }}{{ $_ := set $mine "snapshotMetadata.port" $d.snapshotMetadata.port }}{{ end -}}
 {{- range $field, $port := $mine -}}
 {{- $key := toString $port -}}
