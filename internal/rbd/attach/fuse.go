@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -99,8 +100,10 @@ func fuseDir(a Attachment) string {
 	return filepath.Join(a.WorkDir, fuseDirName)
 }
 
-// imageFile is the file the image is shown as. Its name is the work directory's (a hash of the
-// volume ID), unique among the node's volumes: a loop device whose mount namespace is gone
+// ImageFile is the file the image is shown as. Its name is the work directory's (a hash of the
+// volume ID), unique among the node's volumes, and its parent's (the node state directory's)
+// inode number, unique among nodes that share one kernel's loop devices (the end-to-end test's
+// nodes on one machine; their paths are alike): a loop device whose mount namespace is gone
 // names its file by that name alone, which is how Detach and a restarted holder find it
 // without asking the file's FUSE server (a stat of a file nobody serves waits). The image name
 // comes from a volume context or a staging record and reaches librbd only: one that is not a
@@ -118,8 +121,16 @@ func ImageFile(a Attachment) (string, error) {
 
 func fileName(a Attachment) string { return FuseFileName(a.WorkDir) }
 
-// FuseFileName is the name of the image file in the FUSE directory of work directory workDir.
-func FuseFileName(workDir string) string { return "vol-" + filepath.Base(workDir) }
+// FuseFileName is the name of the image file in the FUSE directory of work directory workDir
+// (see ImageFile).
+func FuseFileName(workDir string) string {
+	name := "vol-" + filepath.Base(workDir)
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Dir(workDir), &st); err == nil {
+		name += "-" + strconv.FormatUint(st.Ino, 36)
+	}
+	return name
+}
 
 // lock serialises the operations on one FUSE directory (the holder may be asked by an old
 // and a new node plugin at once); it fails when ctx ends first.

@@ -200,7 +200,7 @@ func testFuseAttach(t *testing.T, ns string) {
 	if a.FuseDir != fuse || !strings.HasPrefix(a.Device, "/dev/loop") || a.Session == nil || a.Session.Minor == 0 {
 		t.Fatalf("attachment = %+v", a)
 	}
-	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"losetup", "--find", "--show", filepath.Join(fuse, "vol-"+filepath.Base(work))}) {
+	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"losetup", "--find", "--show", filepath.Join(fuse, FuseFileName(work))}) {
 		t.Fatalf("commands %q, want one losetup", rec.calls)
 	}
 	if m, _ := hostmount.MountAt(fuse); m == nil || m.FsType != "fuse."+FuseSubtype {
@@ -244,7 +244,7 @@ func testFuseAttach(t *testing.T, ns string) {
 			t.Fatalf("after Detach the image has %d watchers, want 0", n)
 		}
 	}
-	if m, _ := hostmount.MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, "vol-"+filepath.Base(work)) {
+	if m, _ := hostmount.MountAt(fuse); m != nil || exists(fuse) || loopBacking(SysRoot, a.Device) == filepath.Join(fuse, FuseFileName(work)) {
 		t.Fatalf("left behind: mount %v, dir %v, loop %s", m, exists(fuse), loopBacking(SysRoot, a.Device))
 	}
 	if entries, _ := os.ReadDir(work); len(entries) != 0 {

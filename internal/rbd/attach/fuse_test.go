@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/monoceph/monoceph/internal/cephname"
 )
 
 // TestFuseImageFileStaysInMountPoint: an image name from a volume context or a staging record
@@ -41,5 +43,24 @@ func TestFuseImageFileStaysInMountPoint(t *testing.T) {
 	}
 	if f, err := ImageFile(Attachment{Image: Image{Name: "csi-vol-abcdefghijklmnop"}, WorkDir: "/run/w/0123abcd"}); err != nil || f != "/run/w/0123abcd/fuse/vol-0123abcd" {
 		t.Fatalf("a plain image name: %q, %v", f, err)
+	}
+}
+
+// TestFuseFileNamePerNode: two nodes on one kernel (the end-to-end test's) stage a volume in
+// work directories of the same name under state directories of their own; their image files
+// must not share a name, or one node's Detach finds (and detaches) the other's loop device.
+func TestFuseFileNamePerNode(t *testing.T) {
+	a, b := filepath.Join(t.TempDir(), "0123456789abcdef"), filepath.Join(t.TempDir(), "0123456789abcdef")
+	na, nb := FuseFileName(a), FuseFileName(b)
+	if na == nb {
+		t.Fatalf("both nodes name the image file %q", na)
+	}
+	if again := FuseFileName(a); again != na {
+		t.Fatalf("FuseFileName(%s) = %q, then %q", a, na, again)
+	}
+	for _, n := range []string{na, nb} {
+		if !strings.HasPrefix(n, "vol-0123456789abcdef-") || cephname.Check(n) != nil {
+			t.Errorf("image file name %q", n)
+		}
 	}
 }
