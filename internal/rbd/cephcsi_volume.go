@@ -139,17 +139,7 @@ func deleteCSIImage(r *rados.Conn, io *rados.IOContext, loc radosop.Location, na
 	if err := removeTransientSnapshots(io, name, st.snaps); err != nil {
 		return err
 	}
-	err = rbd.RemoveImage(io, name)
-	switch {
-	case err == nil || isNotFound(err):
-		if err := ensureRemoved(io, name); err != nil {
-			return err
-		}
-		return purgeTrashed(r, parentImage(st.parent))
-	case ceph.Is(err, ceph.ErrNotEmpty):
-		return rbd.GetImage(io, name).Trash(0)
-	}
-	return err
+	return removeOrTrash(r, io, name, st.parent)
 }
 
 // removeTransientSnapshots removes the user snapshots ceph-csi's and monoceph's creates cut on

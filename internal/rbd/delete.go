@@ -149,13 +149,19 @@ func deleteImage(r *rados.Conn, io *rados.IOContext, name string, hide bool) err
 	if err := leaveGroup(r, io, name); err != nil {
 		return err
 	}
-	err = rbd.RemoveImage(io, name)
+	return removeOrTrash(r, io, name, st.parent)
+}
+
+// removeOrTrash removes image name (an image of either driver, already checked unused), then
+// the trashed parents that only it kept.
+func removeOrTrash(r *rados.Conn, io *rados.IOContext, name string, parent *rbd.ParentInfo) error {
+	err := rbd.RemoveImage(io, name)
 	switch {
 	case err == nil || isNotFound(err):
 		if err := ensureRemoved(io, name); err != nil {
 			return err
 		}
-		return purgeTrashed(r, parentImage(st.parent))
+		return purgeTrashed(r, parentImage(parent))
 	case ceph.Is(err, ceph.ErrNotEmpty):
 		// snapshots in the trash namespace still back clones: the RBD trash keeps the image
 		// for them, and the last clone's DeleteVolume removes it (purgeTrashed)
