@@ -66,28 +66,12 @@ func (c *Controller) csiBacking(ctx context.Context, s site, handle, what string
 	return b, nil
 }
 
-// createCSISnapshot snapshots a ceph-csi volume the way ceph-csi does. Every step is checked
-// first, so a retry after a crash anywhere finishes the same snapshot.
-func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
+// createCSISnapshot snapshots a ceph-csi volume the way ceph-csi does, in site s (opened, and
+// the snapshot name locked, by CreateSnapshot). Every step is checked first, so a retry after
+// a crash anywhere finishes the same snapshot.
+func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, s site, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
 	name, srcID := req.GetName(), src.String()
 	what := "source volume " + srcID
-	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
-	if err != nil {
-		return nil, err
-	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateSnapshot", "cephfs-snapshot-name:"+name, srcID)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	s, err := c.siteOf(ctx, cl, src.LocationID, req.GetSecrets(), what)
-	if err != nil {
-		return nil, err
-	}
-	defer s.release()
-	if err := checkSnapshotFS(req.GetParameters(), s); err != nil {
-		return nil, err
-	}
 	vol, err := c.csiVolume(ctx, s, src, what)
 	if err != nil {
 		return nil, err

@@ -44,11 +44,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.clusterID()); err != nil {
 		return nil, err
 	}
-	if sid.csi != nil {
-		return c.createCSISnapshot(ctx, req, *sid.csi)
-	}
-	src := sid.mono
-	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
+	cl, err := c.Cluster(sid.clusterID(), codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +53,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	s, err := c.siteOf(ctx, cl, src.FSCID, req.GetSecrets(), "source volume "+srcID)
+	s, err := c.siteOf(ctx, cl, sid.fscid(), req.GetSecrets(), "source volume "+srcID)
 	if err != nil {
 		return nil, err
 	}
@@ -65,6 +61,10 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := checkSnapshotFS(req.GetParameters(), s); err != nil {
 		return nil, err
 	}
+	if sid.csi != nil {
+		return c.createCSISnapshot(ctx, req, s, *sid.csi)
+	}
+	src := sid.mono
 	vol, err := journal.Get(ctx, s.journal(), journal.Volume, src.UID)
 	if err != nil {
 		return nil, err

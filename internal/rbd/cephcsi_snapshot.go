@@ -7,6 +7,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
@@ -38,18 +39,10 @@ func (c *Controller) instance() string { return c.opts.CephCSIInstanceID }
 // createCSISnapshot snapshots ceph-csi volume src. Every step is checked before it is done, so
 // a retry after a crash anywhere finishes the same snapshot: reservation (directory key, then
 // entry), the point in time V@C, the clone C, V@C removed (into V's trash namespace), C@C.
-func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
+// CreateSnapshot has found the cluster cl and locked the snapshot name.
+func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, cl v1.Cluster, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
 	name, srcID := req.GetName(), src.String()
 	what := "source volume " + srcID
-	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
-	if err != nil {
-		return nil, err
-	}
-	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateSnapshot", "rbd-snapshot-name:"+name, srcID)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
 	conn, err := c.Connect(ctx, cl, req.GetSecrets())
 	if err != nil {
 		return nil, err

@@ -45,11 +45,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.clusterID()); err != nil {
 		return nil, err
 	}
-	if sid.csi != nil {
-		return c.createCSISnapshot(ctx, req, *sid.csi)
-	}
-	src := sid.mono
-	cl, err := c.Cluster(src.ClusterID, codes.NotFound, "source_volume_id")
+	cl, err := c.Cluster(sid.clusterID(), codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -58,6 +54,10 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
+	if sid.csi != nil {
+		return c.createCSISnapshot(ctx, req, cl, *sid.csi)
+	}
+	src := sid.mono
 	p, _, err := c.locate(ctx, cl, src.PoolID, src.Namespace, req.GetSecrets())
 	if err != nil {
 		return nil, orNotFound(err, "source volume "+srcID)
