@@ -484,23 +484,8 @@ func (e *env) stepNoDenials() {
 var kept = map[string]bool{"Secret/" + release + "-rbd-snapshot-metadata-ca": true}
 
 func (e *env) stepUninstall() {
-	ctx := context.Background()
 	e.shell(e.readmeBlock("helm-uninstall"))
-	// the kubelet's part: stop the containers of the pods the controllers delete
-	e.waitFor(60*time.Second, "the chart's pods deleted", func() (bool, string) {
-		list, err := e.kc.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range list.Items {
-			if p.DeletionTimestamp != nil {
-				e.runner.stopPod(p.Name)
-				zero := int64(0)
-				_ = e.kc.CoreV1().Pods(namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-			}
-		}
-		return len(list.Items) == 0, fmt.Sprintf("%d pods left", len(list.Items))
-	})
+	e.waitPodsGone("the chart's pods deleted", namespace)
 	var gone, stay []*unstructured.Unstructured
 	for _, o := range installed {
 		if kept[o.GetKind()+"/"+o.GetName()] {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/hostexec"
@@ -226,6 +227,31 @@ func (e *env) kubeletStep() []string {
 	}
 	e.runner.finishJobs(e.t, ctx)
 	return started
+}
+
+// waitPodsGone waits (60 s) until namespaces hold no pods after an uninstall, doing the
+// kubelet's part meanwhile: stopping the containers of the pods the controllers delete.
+func (e *env) waitPodsGone(what string, namespaces ...string) {
+	e.t.Helper()
+	ctx := context.Background()
+	e.waitFor(60*time.Second, what, func() (bool, string) {
+		left := 0
+		for _, ns := range namespaces {
+			list, err := e.kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range list.Items {
+				if p.DeletionTimestamp != nil {
+					e.runner.stopPod(p.Name)
+					zero := int64(0)
+					_ = e.kc.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				}
+			}
+			left += len(list.Items)
+		}
+		return left == 0, fmt.Sprintf("%d pods left", left)
+	})
 }
 
 // setVolumesInUse reports, as a node's kubelet does in the node status, the volumes mounted

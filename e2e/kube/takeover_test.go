@@ -505,25 +505,7 @@ func (e *env) stepTakenOverCephFS(tk *takeover) {
 func (e *env) stepBackToCephCSI(tk *takeover) {
 	ctx := context.Background()
 	e.shell(e.readmeBlock("cephcsi-back"))
-	// the kubelet's part: stop the containers of the pods the controllers delete
-	e.waitFor(60*time.Second, "monoceph's pods deleted", func() (bool, string) {
-		left := 0
-		for _, ns := range []string{csiRBDNS, csiFSNS} {
-			list, err := e.kc.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, p := range list.Items {
-				if p.DeletionTimestamp != nil {
-					e.runner.stopPod(p.Name)
-					zero := int64(0)
-					_ = e.kc.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-				}
-			}
-			left += len(list.Items)
-		}
-		return left == 0, fmt.Sprintf("%d pods left", left)
-	})
+	e.waitPodsGone("monoceph's pods deleted", csiRBDNS, csiFSNS)
 	e.waitFor(60*time.Second, "monoceph's CSIDriver objects deleted", func() (bool, string) {
 		_, err1 := e.kc.StorageV1().CSIDrivers().Get(ctx, csiRBDDriver, metav1.GetOptions{})
 		_, err2 := e.kc.StorageV1().CSIDrivers().Get(ctx, csiFSDriver, metav1.GetOptions{})
