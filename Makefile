@@ -40,7 +40,7 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph
 	MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
-.PHONY: all build test sanity test-core unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e \
+.PHONY: all build test sanity test-core test-features unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e \
 	faults image image-base image-save test-releases test-matrix bench-matrix
 
 all: build
@@ -61,7 +61,7 @@ build unit:
 	@go mod download
 	@$(ENTER_ROOT)
 
-test sanity faults bench test-core: $(TEST_TOOLS)
+test sanity faults bench test-core test-features: $(TEST_TOOLS)
 	@go mod download
 	@scripts/ceph-local.sh start >/dev/null
 	@$(ENTER_ROOT)
@@ -73,11 +73,16 @@ build:
 # Unit and integration tests. Integration tests run against the local cluster (started here
 # when it is not running) and fail, rather than skip, when it is unreachable.
 # The csi-sanity suites (make sanity) run after the rest, and the fault-injection suite last.
+# Each part runs and reports even when one before it failed (a Ceph daemon's death ends only the
+# part that needs it: scripts/ceph-local.sh guard); the goal fails at the end naming the parts.
+GUARD := scripts/ceph-local.sh guard
 test: build $(TEST_TOOLS)
-	@$(CEPH_ENV) && $(TEST_ENV) && \
-	  go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)')
-	@$(MAKE) --no-print-directory sanity
-	@$(MAKE) --no-print-directory faults
+	@failed=; if $(CEPH_ENV) && $(TEST_ENV); then \
+	  $(GUARD) go test -race -count=1 -timeout $(TEST_TIMEOUT) $$(go list ./... | grep -vE '/e2e/(sanity/|kube$$)') || failed="go-test"; \
+	  else failed="cluster"; fi; \
+	  $(MAKE) --no-print-directory sanity || failed="$$failed sanity"; \
+	  $(MAKE) --no-print-directory faults || failed="$$failed faults"; \
+	  if [ -n "$$failed" ]; then echo "::: make test failed in: $$failed"; exit 1; fi
 
 # The csi-sanity suites (e2e/sanity: RBD mount, RBD block, CephFS), one at a time: each starts
 # a driver on the shared cluster, and an unfiltered ListSnapshots rightly sees the other
@@ -85,7 +90,7 @@ test: build $(TEST_TOOLS)
 # (librbd of the libraries the suites run with), in a RADOS namespace.
 sanity: build $(TEST_TOOLS)
 	@set -o pipefail; rm -f $(BIN)/sanity.log; $(CEPH_ENV) && $(TEST_ENV) && \
-	  go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \
+	  $(GUARD) go test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -v ./e2e/sanity/... 2>&1 | $(SANITY_FILTER) || \
 	  { echo "::: csi-sanity failures (whole log: $(BIN)/sanity.log):"; grep -E -A3 "$(SANITY_FAILURES)" $(BIN)/sanity.log; exit 1; }
 
 # The suites that prove a release (CI runs them on Reef and Tentacle, make test runs them
@@ -93,11 +98,29 @@ sanity: build $(TEST_TOOLS)
 # fencing enforced on a real client, and the shallow-volume concurrency property.
 CORE_TESTS := './internal/snapmeta:TestMatchesRBDDiff|TestCloneIncludesParent' \
 	./internal/fence:TestFencingIsEnforced ./internal/cephfs:TestShallowConcurrencyProperty
+# What only newer releases have, proven where they have it: changed blocks by snapshot ID
+# (rbd_diff_iterate3), restores from group members by rbd_clone4, CephFS group snapshots under
+# the manager's real `fs quiesce`. Each test takes an older release's path where the feature is
+# absent; EXPECT (MONOCEPH_EXPECT: the features this cluster and these libraries have) turns that
+# fallback into a failure, so a release that should have a feature cannot pass without it.
+FEATURE_TESTS := ./internal/snapmeta:TestDiffBySnapshotID ./internal/rbd:TestGroupSnapshotLifecycle \
+	./internal/cephfs:TestGroupSnapshotLifecycle
+EXPECT ?=
+# run_tests <package:regexp>...: each under the guard; a top-level skip fails too (these tests
+# are the proof of a release, and a skipped one proves nothing). Every one runs; the line fails
+# at the end naming those that failed.
+run_tests = failed=; for t in $(1); do \
+	  $(GUARD) env MONOCEPH_EXPECT=$(EXPECT) go test -race -count=1 -timeout $(TEST_TIMEOUT) -v "$${t%%:*}" -run "^($${t\#*:})$$" 2>&1 | \
+	    grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test\.go:)' | tee $(BIN)/tests.log; \
+	  if [ $${PIPESTATUS[0]} -ne 0 ] || grep -q '^--- SKIP' $(BIN)/tests.log; then failed="$$failed $$t"; fi; done; \
+	  if [ -n "$$failed" ]; then echo "::: failed or skipped:$$failed"; false; fi
 test-core: build $(TEST_TOOLS)
-	@$(CEPH_ENV) && $(TEST_ENV) && for t in $(CORE_TESTS); do \
-	  go test -race -count=1 -timeout $(TEST_TIMEOUT) -v "$${t%%:*}" -run "^($${t#*:})$$" 2>&1 | \
-	    grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test\.go:)' ; test $${PIPESTATUS[0]} -eq 0 || exit 1; done
-	@$(MAKE) --no-print-directory sanity
+	@failed=; { $(CEPH_ENV) && $(TEST_ENV) && $(call run_tests,$(CORE_TESTS) $(FEATURE_TESTS)); } || failed=tests; \
+	  $(MAKE) --no-print-directory sanity || failed="$$failed sanity"; \
+	  if [ -n "$$failed" ]; then echo "::: make test-core failed in: $$failed"; exit 1; fi
+
+test-features: build $(TEST_TOOLS)
+	@$(CEPH_ENV) && $(TEST_ENV) && $(call run_tests,$(FEATURE_TESTS))
 
 # The fault-injection suite (e2e/faults): the controllers as processes under CO-like load while
 # the monitor, OSD, manager and the controllers themselves fail, then garbage requests; nothing
@@ -233,16 +256,16 @@ e2e: e2e-tools image
 	@$(CEPH_ENV) && export GOFLAGS="-tags=$(HOST_CEPH) -buildvcs=false" MONOCEPH_INTEGRATION=1 MONOCEPH_E2E=1 MONOCEPH_E2E_BIN=$(CURDIR)/$(BIN) \
 	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \
-	  go test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/kube/ 2>&1 | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
+	  $(GUARD) go test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/kube/ 2>&1 | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
 
 # Other Ceph releases, one cluster at a time: they share the ports (CEPH_MON_V2_PORT, ...), and
 # a cluster keeps its release, so each lives in a directory of its own: CEPH_DIR-<release>
 # where CEPH_DIR is set, else the release's default (scripts/ceph-local.sh).
 RELEASE_DIR = $(if $(CEPH_DIR),CEPH_DIR=$(CEPH_DIR)-$(1))
 # run_release <release> <client> <goals>: the goals against that release's cluster, which
-# is stopped afterwards
-run_release = $(MAKE) --no-print-directory $(3) CEPH_RELEASE=$(1) CEPH_CLIENT=$(2) $(call RELEASE_DIR,$(1)) && \
-	CEPH_RELEASE=$(1) $(call RELEASE_DIR,$(1)) scripts/ceph-local.sh stop >/dev/null
+# is stopped afterwards, also when they failed (the next release's cluster needs the ports)
+run_release = ($(MAKE) --no-print-directory $(3) CEPH_RELEASE=$(1) CEPH_CLIENT=$(2) $(call RELEASE_DIR,$(1)); rc=$$?; \
+	CEPH_RELEASE=$(1) $(call RELEASE_DIR,$(1)) scripts/ceph-local.sh stop >/dev/null; exit $$rc)
 
 # What CI proves on Reef and Tentacle after the Pacific suites, as the driver meets them in
 # production (11 minutes measured here with the root filesystems cached, the two clusters made
@@ -251,15 +274,23 @@ run_release = $(MAKE) --no-print-directory $(3) CEPH_RELEASE=$(1) CEPH_CLIENT=$(
 #   Tentacle cluster, the host's Pacific libraries (the widest gap: a driver built years before
 #     its cluster): test-core;
 #   Tentacle cluster, Reef libraries (the image against the newest cluster): csi-sanity.
-# Tentacle's own libraries (a driver built on forky) are in make test-matrix. Reef and Tentacle
+# Then Tentacle's own libraries (a driver built on forky) run test-features (the features only
+# they have; everything else with them is in make test-matrix). Reef and Tentacle
 # daemons and Reef's libraries come from their root filesystems (scripts/ceph-root.sh, cached in
 # /var/cache/monoceph/rootfs). The Pacific cluster of the earlier goals is stopped first (same
-# ports; memstore keeps its data).
+# ports; a cluster stopped with `stop` keeps its data).
+# The features each release has (see FEATURE_TESTS): Reef's librbd diffs by snapshot ID from
+# 18.2.5; Squid and later also clone by ID and quiesce CephFS (the manager's: any client).
+EXPECT_REEF := rbd_diff_iterate3
+EXPECT_TENTACLE := fs_quiesce,rbd_diff_iterate3,rbd_clone4
 test-releases:
 	@scripts/ceph-local.sh stop >/dev/null
-	@$(call run_release,reef,reef,test-core)
-	@$(call run_release,tentacle,pacific,test-core)
-	@$(call run_release,tentacle,reef,sanity)
+	@failed=; \
+	  $(call run_release,reef,reef,test-core EXPECT=$(EXPECT_REEF)) || failed="reef/reef"; \
+	  $(call run_release,tentacle,pacific,test-core EXPECT=fs_quiesce) || failed="$$failed tentacle/pacific"; \
+	  $(call run_release,tentacle,reef,sanity) || failed="$$failed tentacle/reef"; \
+	  $(call run_release,tentacle,tentacle,test-features EXPECT=$(EXPECT_TENTACLE)) || failed="$$failed tentacle/tentacle"; \
+	  if [ -n "$$failed" ]; then echo "::: make test-releases failed (cluster/client): $$failed"; exit 1; fi
 
 # Everything on every release: make test (integration, crash, csi-sanity and fault suites) and
 # make e2e on Pacific, Reef and Tentacle, then the cross-version runs: test-core with the host's

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ceph-local.sh - a throwaway single-node Ceph cluster on 127.0.0.1 for development and tests.
 #
-#   start [--fresh]  boot (or restart, or leave running) mon a, mgr x, one OSD (memstore unless
-#                    CEPH_OBJECTSTORE=bluestore), MDS a, CephFS "$CEPH_FS_NAME" and RBD pool "$CEPH_RBD_POOL".
+#   start [--fresh]  boot (or restart, or leave running) mon a, mgr x, one OSD (BlueStore on a
+#                    sparse file; CEPH_OBJECTSTORE=memstore opts into memstore), MDS a, CephFS
+#                    "$CEPH_FS_NAME" and RBD pool "$CEPH_RBD_POOL".
 #                    Idempotent; restarts only the daemons that are not running. Never deletes a
 #                    cluster unless --fresh says so: a cluster that cannot come back (a memstore OSD
 #                    that ended without `stop` lost its objects) is an error naming --fresh. Prints `export` lines for the environment tests and the driver read,
@@ -10,6 +11,8 @@
 #   stop [--purge] [--kill]
 #                    stop the daemons recorded in $CEPH_DIR/run (and only those); --purge deletes $CEPH_DIR.
 #   status           exit 0 and print `ceph -s` when the cluster answers, exit 1 otherwise.
+#   guard CMD...     run CMD (a test tier) while watching the daemons: one that dies is named at
+#                    once with its last log lines and crash dump, and CMD is ended (see cmd_guard).
 #   env              print the export lines of a running cluster.
 #
 # All state lives in $CEPH_DIR (default ${TMPDIR:-/tmp}/monoceph-ceph, and monoceph-ceph-<release>
@@ -31,7 +34,11 @@ MON_V2_PORT=${CEPH_MON_V2_PORT:-3300}
 MON_V1_PORT=${CEPH_MON_V1_PORT:-6789}
 BIND_PORT_MIN=${CEPH_BIND_PORT_MIN:-6800}
 BIND_PORT_MAX=${CEPH_BIND_PORT_MAX:-7300}
-OBJECTSTORE=${CEPH_OBJECTSTORE:-memstore}
+# BlueStore by default: Pacific 16.2.15's memstore OSD segfaults in snapshot trimming under the
+# suites' snapshot load (MemStore::OmapIteratorImpl::value under
+# SnapMapper::get_next_objects_to_trim), and a killed BlueStore OSD comes back with its data.
+# A cluster keeps the object store it was made with ($CEPH_DIR/objectstore).
+OBJECTSTORE=${CEPH_OBJECTSTORE:-bluestore}
 MEMSTORE_BYTES=${CEPH_MEMSTORE_BYTES:-$((4 << 30))}   # reported size; RAM is used only as data is written
 BLUESTORE_BYTES=${CEPH_BLUESTORE_BYTES:-$((10 << 30))} # sparse block file
 FS_NAME=${CEPH_FS_NAME:-myfs}
@@ -379,6 +386,7 @@ cmd_start() {
   if [[ -f $CEPH_DIR/.bootstrapped ]]; then
     # A cluster's data is deleted only when asked for (--fresh): not when a restart fails, and
     # not when a memstore OSD lost its objects by ending without `stop`.
+    OBJECTSTORE=$(objectstore_of_cluster)
     if [[ $OBJECTSTORE == memstore && ! -f $CEPH_DIR/.osd-saved ]] && ! pid_alive "$RUN/osd.0.pid"; then
       die "the memstore OSD in $CEPH_DIR ended without \`$0 stop\` (killed, or the machine restarted), so its objects are lost; \`$0 start --fresh\` deletes this cluster and makes a new one"
     fi
@@ -398,6 +406,98 @@ cmd_start() {
     rm -rf "$CEPH_DIR"
   fi
   bootstrap
+}
+
+# the object store the cluster was made with (its ceph.conf), whatever CEPH_OBJECTSTORE says now
+objectstore_of_cluster() { awk '$1 == "osd" && $2 == "objectstore" {print $4}' "$CONF"; }
+
+# cmd_guard CMD...: runs CMD, a test tier against this cluster, and watches the daemons while it
+# runs. Without it a daemon that dies mid-run (Pacific's memstore OSD segfaulting in snapshot
+# trimming, 31 minutes into `make test`) shows only as every test still running failing, one by
+# one, on a Ceph timeout (ret=-110) that names nothing. A monitor or OSD that dies ends CMD at once
+# (its tests can only time out) after naming the daemon, its last log lines and Ceph's crash dump;
+# `start` brings a BlueStore OSD back for the next tier. A manager or MDS that dies is named too
+# and started again, as systemd's Restart= would: both keep their state in RADOS, and the tests
+# in flight see a pause. CMD runs in a process group of its own so that all of it is ended.
+# Exit status: CMD's, or 75 when a daemon's death ended it.
+cmd_guard() {
+  (($#)) || die "usage: $0 guard CMD..."
+  [[ -f $CEPH_DIR/.ready ]] || die "guard: no cluster running in $CEPH_DIR (run: $0 start)"
+  local d pid child rc=0 started=$SECONDS
+  GUARD_START=$(date +%s)
+  local -A pids=() logged=()
+  for d in "${DAEMONS[@]}"; do
+    pid_alive "$RUN/$d.pid" || die "guard: $d of the cluster in $CEPH_DIR is not running (run: $0 start)"
+    pids[$d]=$(cat "$RUN/$d.pid")
+    logged[$d]=$(stat -c %s "$CEPH_DIR/log/$d.log" 2>/dev/null || echo 0) # what the report leaves out
+  done
+  set -m # CMD's own process group
+  "$@" &
+  child=$!
+  set +m
+  trap 'kill -TERM -- -$child 2>/dev/null' INT TERM
+  while alive "$child"; do
+    for d in "${DAEMONS[@]}"; do
+      alive "${pids[$d]}" && continue
+      report_death "$d" "${pids[$d]}" $((SECONDS - started)) "$*" "${logged[$d]}"
+      logged[$d]=$(stat -c %s "$CEPH_DIR/log/$d.log" 2>/dev/null || echo 0)
+      case $d in
+      mgr.*) start_mgr; pids[$d]=$(wait_pid "$d") ;;
+      mds.*) start_mds; pids[$d]=$(wait_pid "$d") ;;
+      *)
+        log "guard: ending the tier ($*): its tests need $d"
+        kill -TERM -- "-$child" 2>/dev/null || true
+        for ((i = 0; i < 100; i++)); do alive "$child" || break; sleep 0.1; done
+        kill -KILL -- "-$child" 2>/dev/null || true
+        wait "$child" 2>/dev/null || true
+        return 75
+        ;;
+      esac
+    done
+    sleep 1
+  done
+  wait "$child" || rc=$?
+  return "$rc"
+}
+
+# wait_pid <daemon>: the pid of a daemon just started (its pid file appears once it daemonized)
+wait_pid() {
+  local i
+  for ((i = 0; i < 100; i++)); do
+    pid_alive "$RUN/$1.pid" && { cat "$RUN/$1.pid"; return; }
+    sleep 0.1
+  done
+  echo 0 # not back: the next round reports it again
+}
+
+# report_death <daemon> <pid> <seconds> <command> <log offset>: what a developer or CI reader
+# needs to see first, from the daemon's log past the offset (earlier crashes are not this one);
+# kept in $CEPH_DIR/deaths too (a tier's output may be cut).
+report_death() {
+  local d=$1 logf=$CEPH_DIR/log/$1.log crash since
+  # Ceph's crash handler writes <crash dir>/<timestamp>_<uuid>/{meta,log} on a fatal signal
+  # (not on SIGKILL): one written since the guard started whose meta names this daemon
+  crash=$(find "$CEPH_DIR/crash" -mindepth 2 -maxdepth 2 -name meta -newermt "@$GUARD_START" \
+    -exec grep -l "\"entity_name\": \"$d\"" {} + 2>/dev/null || true)
+  crash=${crash%%$'\n'*}
+  {
+    echo "::: CEPH DAEMON DIED: $d (pid $2) of the cluster in $CEPH_DIR, $3 s into: ${4:0:160}"
+    if [[ -n $crash ]]; then
+      echo "::: crash dump: $(dirname "$crash")"
+    else
+      echo "::: crash dump: none in $CEPH_DIR/crash (killed by a signal Ceph cannot catch, or it exited)"
+    fi
+    echo "::: last lines of $logf:"
+    # the crash handler's banner and backtrace where there is one (the dump of recent events
+    # that follows is thousands of lines), else the end of the log. awk, not a pipe into head:
+    # under pipefail a writer cut off by head fails the report.
+    since=$(tail -c +$(($5 + 1)) "$logf" 2>/dev/null || true)
+    if [[ $since == *"Caught signal"* ]]; then
+      awk '/Caught signal/ {p = 1} p && n++ < 40 {print} p && /NOTE: a copy of the executable/ {exit}' <<<"$since"
+    else
+      awk '{l[NR % 25] = $0} END {for (i = NR - 24; i <= NR; i++) if (i > 0) print l[i % 25]}' <<<"$since"
+    fi
+  } | tee -a "$CEPH_DIR/deaths" >&2
 }
 
 # ours <pid> <binary>: guards against PID reuse; only our daemons started with our ceph.conf are signalled.
@@ -478,6 +578,7 @@ case ${1:-} in
 start) shift; cmd_start "$@" ;;
 stop) shift; cmd_stop "$@" ;;
 status) cmd_status ;;
+guard) shift; cmd_guard "$@" ;;
 env) cmd_env ;;
-*) echo "usage: $0 start [--fresh] | stop [--purge] [--kill] | status | env" >&2; exit 2 ;;
+*) echo "usage: $0 start [--fresh] | stop [--purge] [--kill] | status | env | guard CMD..." >&2; exit 2 ;;
 esac

@@ -166,6 +166,9 @@ func TestFaults(t *testing.T) {
 			t.Errorf("after deleting everything the cluster still holds: %v", left)
 		}
 	})
+	t.Run("a guarded test tier ends, naming the daemon, when the OSD dies", func(t *testing.T) {
+		testGuardNamesDeadDaemon(t, c)
+	})
 	t.Logf("fault-injection summary:\n%s", report.String())
 }
 

@@ -442,11 +442,33 @@ func fuseConnection(e *env, dir string) string {
 	if err := syscall.Stat(dir, &st); err != nil {
 		e.t.Fatal(err)
 	}
-	abort := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(st.Dev))
+	mountFusectl(e)
+	abort := fmt.Sprintf("%s/%d/abort", fusectlDir, unix.Minor(st.Dev))
 	if _, err := os.Stat(abort); err != nil {
 		e.t.Fatalf("FUSE connection of %s: %v", dir, err)
 	}
 	return abort
+}
+
+const fusectlDir = "/sys/fs/fuse/connections"
+
+// mountFusectl mounts the FUSE control filesystem where nothing has: a fresh machine has the
+// directory but nothing mounted on it, and then no connection can be found there.
+func mountFusectl(e *env) {
+	e.t.Helper()
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == fusectlDir && slices.Contains(f, "fusectl") {
+			return
+		}
+	}
+	if err := unix.Mount("fusectl", fusectlDir, "fusectl", 0, ""); err != nil {
+		e.t.Fatalf("the FUSE control filesystem is not mounted on %s and mounting it failed: %v (as root: mount -t fusectl none %s)", fusectlDir, err, fusectlDir)
+	}
+	e.t.Logf("mounted the FUSE control filesystem on %s (a fresh machine has none)", fusectlDir)
 }
 
 // freeze stops a process until the test ends (or thaw).

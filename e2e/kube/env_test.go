@@ -87,6 +87,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	removeStale(t)
+	e.checkLeftovers()
 	e.nodes = newNodes(t, root)
 	e.runner = &podRunner{t: t, cp: e.cp, kc: e.kc, nodes: e.nodes, root: root, running: map[string]bool{},
 		podman: map[string]bool{"monoceph": true},

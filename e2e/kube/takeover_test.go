@@ -585,7 +585,7 @@ func (e *env) stepNothingLeft(tk *takeover) {
 }
 
 // purgeCephCSIObjects removes, past both drivers, every image, trash entry, subvolume and
-// journal object the takeover test may have left in the pool's default namespace and the
+// journal object an e2e test may have left in the pool's default namespace and the
 // subvolume group csi (the test's own: the e2e cluster holds nothing else there).
 func (e *env) purgeCephCSIObjects() {
 	run := func(args ...string) string {

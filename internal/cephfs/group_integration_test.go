@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -74,13 +75,16 @@ func TestGroupSnapshotNeedsQuiesce(t *testing.T) {
 }
 
 // TestGroupSnapshotLifecycle drives a CephFS group snapshot through a manager that has
-// `fs quiesce` (played by squidMgr on older clusters): both subvolumes paused in one set,
+// `fs quiesce` (the real one on Ceph 19.2+, played by squidMgr on older clusters, which the
+// release tier tells apart with MONOCEPH_EXPECT=fs_quiesce): both subvolumes paused in one set,
 // every member cut while paused, the set released with its version; members are ordinary
 // snapshots (listed with their group, cloned and served as shallow volumes), refused by
 // DeleteSnapshot, and gone with DeleteVolumeGroupSnapshot.
 func TestGroupSnapshotLifecycle(t *testing.T) {
 	e := newEnv(t)
 	fake := newSquidMgr()
+	fake.passthrough = managerHasQuiesce(t, e)
+	cephtest.Expect(t, "fs_quiesce", fake.passthrough)
 	e.ctrl.mgr = fake
 	ctx := ctxT(t)
 	secrets := e.cl.Secrets()
@@ -108,7 +112,7 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	// one set paused both subvolumes, and was released, with its version, after every cut
 	calls := fake.calls()
 	if len(calls) != 2 || calls[0].op != "quiesce" || calls[1].op != "release" || calls[0].set != calls[1].set ||
-		len(calls[0].members) != 2 || calls[1].version != 1 || calls[0].timeout != "60.0" {
+		len(calls[0].members) != 2 || calls[1].version != calls[0].answered || calls[1].version == 0 || calls[0].timeout != "60.0" {
 		t.Fatalf("quiesce calls %+v, want one quiesce of both members (timeout as a float literal) and one release of that version", calls)
 	}
 	for _, m := range gs.GetSnapshots() {

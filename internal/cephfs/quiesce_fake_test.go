@@ -15,8 +15,12 @@ import (
 // real manager. The pause itself is not real (an older MDS cannot quiesce), so tests with it
 // check the driver's steps, their order and its error handling, not the consistency that the
 // RBD tests and the e2e test check with running writers.
+//
+// With passthrough set (a cluster whose manager has `fs quiesce`, Ceph 19.2+), the calls are
+// recorded and then answered by the real manager: the same test then proves the real pause.
 type squidMgr struct {
-	real mgrAPI
+	real        mgrAPI
+	passthrough bool
 
 	mu   sync.Mutex
 	sets map[string]*fakeSet
@@ -39,14 +43,16 @@ type quiesceCall struct {
 	members []string
 	version int64
 	timeout string // as sent: the manager wants float literals
+	// answered is the set's version in the manager's answer (what a release must name)
+	answered int64
 }
 
 func newSquidMgr() *squidMgr { return &squidMgr{real: cephMgr{}, sets: map[string]*fakeSet{}} }
 
 func (m *squidMgr) CommandTable(ctx context.Context, mgr *ceph.Conn) (ceph.CommandTable, error) {
 	t, err := m.real.CommandTable(ctx, mgr)
-	if err != nil {
-		return nil, err
+	if err != nil || m.passthrough {
+		return t, err
 	}
 	return append(t, ceph.CommandSignature{Words: []string{"fs", "quiesce"}, Args: []string{"vol_name", "members", "set_id", "timeout", "expiration", "await", "release", "if_version"}}), nil
 }
@@ -75,6 +81,9 @@ func (m *squidMgr) Command(ctx context.Context, mgr *ceph.Conn, cmd map[string]a
 	if req.Timeout != nil {
 		call.timeout = string(*req.Timeout)
 	}
+	if m.passthrough {
+		return m.forward(ctx, mgr, cmd, call, req.Release, req.SetID)
+	}
 	set := m.sets[req.SetID]
 	if req.Release {
 		call.op = "release"
@@ -90,16 +99,37 @@ func (m *squidMgr) Command(ctx context.Context, mgr *ceph.Conn, cmd map[string]a
 			return nil, ceph.NewError("fs quiesce", ceph.ErrPermission, "set "+req.SetID+" is "+set.state)
 		}
 		set.state, set.version = "RELEASED", set.version+1
+		call.answered = set.version
+		m.log[len(m.log)-1] = call
 		return reply(req.SetID, set), nil
 	}
 	call.op = "quiesce"
-	m.log = append(m.log, call)
 	if set == nil {
 		set = &fakeSet{}
 		m.sets[req.SetID] = set
 	}
 	set.members, set.state, set.version = req.Members, "QUIESCED", set.version+1
+	call.answered = set.version
+	m.log = append(m.log, call)
 	return reply(req.SetID, set), nil
+}
+
+// forward records a call and has the real manager answer it (m.mu held).
+func (m *squidMgr) forward(ctx context.Context, mgr *ceph.Conn, cmd map[string]any, call quiesceCall, release bool, set string) ([]byte, error) {
+	call.op = map[bool]string{true: "release", false: "quiesce"}[release]
+	out, err := m.real.Command(ctx, mgr, cmd)
+	if err == nil {
+		var r struct {
+			Sets map[string]struct {
+				Version int64 `json:"version"`
+			} `json:"sets"`
+		}
+		if json.Unmarshal(out, &r) == nil {
+			call.answered = r.Sets[set].Version
+		}
+	}
+	m.log = append(m.log, call)
+	return out, err
 }
 
 func reply(id string, s *fakeSet) []byte {

@@ -9,6 +9,8 @@ import (
 
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/rbd/rbdcaps"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -167,6 +169,12 @@ func TestGroupSnapshotLifecycle(t *testing.T) {
 	}
 	if got := e.read(t, restored.GetVolume().GetVolumeContext()["imageName"], 0, 8); string(got) != "a-before" {
 		t.Errorf("volume restored from member a reads %q", got)
+	}
+	// a clone of the member where librbd clones by snapshot ID (rbd_clone4), else a copy
+	clone4 := rbdcaps.Has(rbdcaps.Clone4)
+	cephtest.Expect(t, rbdcaps.Clone4, clone4)
+	if cloned := e.hasParent(t, restored.GetVolume().GetVolumeContext()["imageName"]); cloned != clone4 {
+		t.Errorf("volume restored from a member has a parent: %v; librbd has rbd_clone4: %v", cloned, clone4)
 	}
 	_, err = e.client.CreateVolume(ctx, e.createReq("from-b-small", 8*mib, snapSource(members[b].GetSnapshotId())))
 	wantCode(t, "restore into a smaller volume", err, codes.OutOfRange)

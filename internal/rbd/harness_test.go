@@ -2,6 +2,7 @@ package rbd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -199,6 +200,21 @@ func (e *env) write(t *testing.T, image string, off int64, data []byte) {
 	if _, err := img.WriteAt(data, off); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// hasParent says whether image is a clone.
+func (e *env) hasParent(t *testing.T, image string) bool {
+	t.Helper()
+	img, err := rbd.OpenImageReadOnly(e.io, image, rbd.NoSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	_, err = img.GetParent()
+	if err != nil && !errors.Is(err, rbd.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
 }
 
 func (e *env) read(t *testing.T, image string, off int64, n int) []byte {
