@@ -141,29 +141,29 @@ bench:
 	@$(CEPH_ENV) && MONOCEPH_INTEGRATION=1 go test -run '^$$' -bench . -benchtime 1x -timeout 30m ./...
 endif
 
+# tool <binary>,<tools module>,<package>[,<variable with -ldflags>]: bin/<binary> is built from
+# a tools module of our own under $(TOOLS), pinned there (the proxy refuses `go install`
+# for most of them), and rebuilt when that module changes.
+define tool
+$(BIN)/$(1): $(TOOLS)/$(2)/go.mod $(TOOLS)/$(2)/go.sum
+	cd $(TOOLS)/$(2) && GOFLAGS=-buildvcs=false go build$(if $(4), -ldflags "$$($(4))") -o $(CURDIR)/$(BIN)/$(1) $(3)
+endef
+
 # Linters, pinned in one tools module: staticcheck and goimports (x/tools at staticcheck's version).
-$(BIN)/staticcheck: $(TOOLS)/lint/go.mod $(TOOLS)/lint/go.sum
-	cd $(TOOLS)/lint && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/staticcheck honnef.co/go/tools/cmd/staticcheck
+$(eval $(call tool,staticcheck,lint,honnef.co/go/tools/cmd/staticcheck))
+$(eval $(call tool,goimports,lint,golang.org/x/tools/cmd/goimports))
 
-$(BIN)/goimports: $(TOOLS)/lint/go.mod $(TOOLS)/lint/go.sum
-	cd $(TOOLS)/lint && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/goimports golang.org/x/tools/cmd/goimports
-
-$(BIN)/grpcurl: $(TOOLS)/grpcurl/go.mod $(TOOLS)/grpcurl/go.sum
-	cd $(TOOLS)/grpcurl && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl
+$(eval $(call tool,grpcurl,grpcurl,github.com/fullstorydev/grpcurl/cmd/grpcurl))
 
 # The csi-addons project's own client (cmd/csi-addons), which the tests drive against the
 # driver's csi-addons socket. `go install` of it is refused by the module proxy; a tools module
 # of our own pins it instead.
-$(BIN)/csi-addons: $(TOOLS)/csi-addons/go.mod $(TOOLS)/csi-addons/go.sum
-	cd $(TOOLS)/csi-addons && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-addons github.com/csi-addons/kubernetes-csi-addons/cmd/csi-addons
+$(eval $(call tool,csi-addons,csi-addons,github.com/csi-addons/kubernetes-csi-addons/cmd/csi-addons))
 
 # The csi-addons controller manager (cmd/manager) and sidecar (sidecar/, the module's package
 # path has no cmd/), from the same tools module, for the end-to-end tests.
-$(BIN)/csi-addons-manager: $(TOOLS)/csi-addons/go.mod $(TOOLS)/csi-addons/go.sum
-	cd $(TOOLS)/csi-addons && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-addons-manager github.com/csi-addons/kubernetes-csi-addons/cmd/manager
-
-$(BIN)/csi-addons-sidecar: $(TOOLS)/csi-addons/go.mod $(TOOLS)/csi-addons/go.sum
-	cd $(TOOLS)/csi-addons && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-addons-sidecar github.com/csi-addons/kubernetes-csi-addons/sidecar
+$(eval $(call tool,csi-addons-manager,csi-addons,github.com/csi-addons/kubernetes-csi-addons/cmd/manager))
+$(eval $(call tool,csi-addons-sidecar,csi-addons,github.com/csi-addons/kubernetes-csi-addons/sidecar))
 
 # kube-apiserver and etcd for the tests of the Kubernetes-facing snapshot metadata service
 # (TokenReview, SubjectAccessReview, VolumeSnapshot lookups). The version variables let
@@ -173,23 +173,19 @@ KUBE_VERSION := v1.34.4
 KUBE_LDFLAGS := -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=34 -X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
 
-$(BIN)/kube-apiserver: $(TOOLS)/kubernetes/go.mod $(TOOLS)/kubernetes/go.sum
-	cd $(TOOLS)/kubernetes && GOFLAGS=-buildvcs=false go build -ldflags "$(KUBE_LDFLAGS)" -o $(CURDIR)/$(BIN)/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+$(eval $(call tool,kube-apiserver,kubernetes,k8s.io/kubernetes/cmd/kube-apiserver,KUBE_LDFLAGS))
 
 # kubectl, from the same tools module, for the README's install (it creates the Ceph user
 # Secrets, so that no key goes through Helm's values). Cold build: ~40 s once the apiserver's
 # packages are cached.
-$(BIN)/kubectl: $(TOOLS)/kubernetes/go.mod $(TOOLS)/kubernetes/go.sum
-	cd $(TOOLS)/kubernetes && GOFLAGS=-buildvcs=false go build -ldflags "$(KUBE_LDFLAGS)" -o $(CURDIR)/$(BIN)/kubectl k8s.io/kubernetes/cmd/kubectl
+$(eval $(call tool,kubectl,kubernetes,k8s.io/kubernetes/cmd/kubectl,KUBE_LDFLAGS))
 
 # kube-controller-manager, from the same tools module as the apiserver, for the end-to-end tests:
 # service accounts, namespace deletion and Deployments need its controllers (there is no kubelet,
 # so pods stay Pending). Cold build: ~1 min, ~2.3 GB, once the apiserver's packages are cached.
-$(BIN)/kube-controller-manager: $(TOOLS)/kubernetes/go.mod $(TOOLS)/kubernetes/go.sum
-	cd $(TOOLS)/kubernetes && GOFLAGS=-buildvcs=false go build -ldflags "$(KUBE_LDFLAGS)" -o $(CURDIR)/$(BIN)/kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+$(eval $(call tool,kube-controller-manager,kubernetes,k8s.io/kubernetes/cmd/kube-controller-manager,KUBE_LDFLAGS))
 
-$(BIN)/etcd: $(TOOLS)/etcd/go.mod $(TOOLS)/etcd/go.sum
-	cd $(TOOLS)/etcd && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/etcd go.etcd.io/etcd/server/v3
+$(eval $(call tool,etcd,etcd,go.etcd.io/etcd/server/v3))
 
 # Helm, to lint, template and install the driver's chart against the local apiserver (`--wait`
 # never succeeds there: no nodes). The version variables are the ones Helm's own Makefile sets:
@@ -199,27 +195,17 @@ HELM_LDFLAGS := -X helm.sh/helm/v3/internal/version.version=v3.22.0 \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37
 
-$(BIN)/helm: $(TOOLS)/helm/go.mod $(TOOLS)/helm/go.sum
-	cd $(TOOLS)/helm && GOFLAGS=-buildvcs=false go build -ldflags "$(HELM_LDFLAGS)" -o $(CURDIR)/$(BIN)/helm helm.sh/helm/v3/cmd/helm
+$(eval $(call tool,helm,helm,helm.sh/helm/v3/cmd/helm,HELM_LDFLAGS))
 
 # The kubernetes-csi sidecars and the snapshot controller, all from one tools module: MVS lifts
 # the provisioner's and resizer's Kubernetes libraries (v0.33) to the snapshotter's (v0.36), and
 # the provisioner then compiles only with gateway-api v1.4.0 and controller-runtime v0.22, pinned
 # there (gateway-api v1.3.0 is built on structured-merge-diff v4, client-go v0.36 on v6).
-$(BIN)/csi-provisioner: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-provisioner github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner
-
-$(BIN)/csi-snapshotter: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-snapshotter github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter
-
-$(BIN)/snapshot-controller: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/snapshot-controller github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller
-
-$(BIN)/csi-attacher: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-attacher github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher
-
-$(BIN)/csi-resizer: $(TOOLS)/sidecars/go.mod $(TOOLS)/sidecars/go.sum
-	cd $(TOOLS)/sidecars && GOFLAGS=-buildvcs=false go build -o $(CURDIR)/$(BIN)/csi-resizer github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer
+$(eval $(call tool,csi-provisioner,sidecars,github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner))
+$(eval $(call tool,csi-snapshotter,sidecars,github.com/kubernetes-csi/external-snapshotter/v8/cmd/csi-snapshotter))
+$(eval $(call tool,snapshot-controller,sidecars,github.com/kubernetes-csi/external-snapshotter/v8/cmd/snapshot-controller))
+$(eval $(call tool,csi-attacher,sidecars,github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher))
+$(eval $(call tool,csi-resizer,sidecars,github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer))
 
 tools: $(BIN)/staticcheck $(BIN)/goimports $(BIN)/grpcurl $(BIN)/csi-addons $(BIN)/kube-apiserver $(BIN)/etcd e2e-tools
 
