@@ -312,6 +312,9 @@ func (s *Server) rbdAttach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err := s.checkWorkDir(m.WorkDir); err != nil {
 		return nil, nil, err
 	}
+	if err := checkFuseFD(file); err != nil {
+		return nil, nil, err
+	}
 	cred, err := m.Cred.ceph()
 	if err != nil {
 		return nil, nil, err
@@ -339,6 +342,12 @@ func (s *Server) rbdDetach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err := s.checkWorkDir(m.Attachment.WorkDir); err != nil {
 		return err
 	}
+	if err := checkFuseFD(file); err != nil {
+		return err
+	}
+	// the FUSE directory is the work directory's own, whatever the request says: detaching
+	// unmounts and removes it
+	m.Attachment = m.Attachment.InWorkDir(m.Attachment.WorkDir)
 	var conn *attach.Connection
 	if file != nil && m.Resume != nil {
 		conn = &attach.Connection{File: file, State: *m.Resume}
@@ -357,6 +366,9 @@ func (s *Server) cephfs(ctx context.Context, req request) (any, *os.File, error)
 			return nil, nil, err
 		}
 		if err := checkNode(m.Node); err != nil {
+			return nil, nil, err
+		}
+		if err := checkCephFSOptions(m.Options); err != nil {
 			return nil, nil, err
 		}
 		cred, err := m.Cred.ceph()
@@ -395,15 +407,6 @@ var nodePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})?$`)
 func checkNode(node string) error {
 	if node != "" && !nodePattern.MatchString(node) {
 		return fmt.Errorf("%w: node ID %q: want up to 253 characters of [A-Za-z0-9._-]", ceph.ErrInvalid, node)
-	}
-	return nil
-}
-
-// checkWorkDir refuses a work directory that is not directly in the state directory: the
-// holder mounts, writes key files and removes directories there, and nowhere else.
-func (s *Server) checkWorkDir(dir string) error {
-	if s.opts.StateDir == "" || !filepath.IsAbs(dir) || filepath.Dir(filepath.Clean(dir)) != filepath.Clean(s.opts.StateDir) {
-		return fmt.Errorf("%w: work directory %q is not in this holder's state directory %s", ceph.ErrInvalid, dir, s.opts.StateDir)
 	}
 	return nil
 }
