@@ -75,6 +75,9 @@ const DefaultSubvolumeGroup = "csi"
 // clusterIDPattern keeps IDs safe to embed in volume IDs, object names and metric labels.
 var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,35}$`)
 
+// ValidClusterID reports whether id is a well-formed cluster ID.
+func ValidClusterID(id string) bool { return clusterIDPattern.MatchString(id) }
+
 // rados names may not contain '/' or NUL; keep them printable too.
 var radosNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]{0,64}$`)
 

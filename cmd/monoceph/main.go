@@ -70,6 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.StringVar(&cfg.SnapshotMetadata.Kubeconfig, "kubeconfig", "", "kubeconfig for the Kubernetes API (default $KUBECONFIG or the pod's service account)")
 	fs.StringVar(&cfg.Attach.ControllerSecret, "controller-secret", "", "<namespace>/<name> of a Secret with the controller's own Ceph user (userID, userKey), read through the Kubernetes API for ControllerPublish/Unpublish calls without secrets and for fencing; controller and all modes")
 	fs.BoolVar(&cfg.Attach.FenceOutOfService, "fence-out-of-service", false, "blocklist the Ceph clients of nodes tainted node.kubernetes.io/out-of-service (and evict their CephFS sessions), and lift that when the taint goes; needs --controller-secret")
+	fs.StringVar(&cfg.Attach.FenceNodeNetworks, "fence-node-networks", "", "comma-separated CIDRs nodes reach Ceph from: out-of-service fencing takes an address there as the tainted node's unless another Node reports it (default: only the addresses the Node reports)")
 	fs.StringVar(&cfg.Attach.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the fencer's Lease and state ConfigMap (default: the pod's)")
 	fs.DurationVar(&cfg.Attach.LeaseDuration, "leader-election-lease-duration", 137*time.Second, "fencer leader election: lease duration")
 	fs.DurationVar(&cfg.Attach.RenewDeadline, "leader-election-renew-deadline", 107*time.Second, "fencer leader election: renew deadline")

@@ -60,7 +60,8 @@ func sets(values ...string) []string {
 }
 
 func TestChartLint(t *testing.T) {
-	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "rbd.csiAddons.enabled=true", "cephfs.csiAddons.enabled=true"}} {
+	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "rbd.csiAddons.enabled=true", "cephfs.csiAddons.enabled=true",
+		"controller.fenceNodeNetworks={10.20.0.0/16,2001:db8::/64}"}} {
 		args := append([]string{"lint", "--strict", "charts/monoceph"}, withMinimal(extra...)...)
 		if out, err := helmCmd(t, args...); err != nil {
 			t.Errorf("helm %v: %v\n%s", args, err, out)
@@ -90,6 +91,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"no Ceph key and no existing secret", "cephUser.key=", "at '/cephUser'"},
 		{"block type", "rbd.snapshotMetadata.blockType=blocks", "at '/rbd/snapshotMetadata/blockType'"},
 		{"zero replicas", "controller.replicas=0", "at '/controller/replicas'"},
+		{"node network that is no CIDR", "controller.fenceNodeNetworks={10.0.0.0}", "at '/controller/fenceNodeNetworks/0'"},
 		{"RADOS namespace too long", "cluster.rbd.radosNamespace=" + strings.Repeat("n", 33), "at '/cluster/rbd/radosNamespace'"},
 		{"state directory too long for FUSE sockets", "node.stateDir=/" + strings.Repeat("d", 40), "at '/node/stateDir'"},
 		{"pod label replacing a selector label", `controller.podLabels.app\.kubernetes\.io/component=x`, "invalid propertyName 'app.kubernetes.io/component'"},

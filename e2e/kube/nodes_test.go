@@ -96,8 +96,10 @@ func (e *env) createNodes() {
 		if n.name == controlNode {
 			labels = map[string]string{"kubernetes.io/hostname": n.name, controlLabel: "true"}
 		}
+		// the address a kubelet reports: the fencer blocklists only addresses of the tainted Node
 		_, err := e.kc.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels,
-			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}}}, metav1.CreateOptions{})
+			Annotations: map[string]string{"volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}}}}, metav1.CreateOptions{})
 		if err != nil {
 			e.t.Fatal(err)
 		}

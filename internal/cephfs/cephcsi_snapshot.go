@@ -2,12 +2,14 @@ package cephfs
 
 import (
 	"context"
+	"fmt"
 	"path"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
+	"github.com/monoceph/monoceph/internal/cephname"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
@@ -50,6 +52,9 @@ func (c *Controller) csiBacking(ctx context.Context, s site, handle, what string
 		return backing{}, controller.NotFoundf("%s does not exist (deleted, kept for the shallow volumes using it)", what)
 	}
 	sub := e.Attrs[cephcsi.KeySource]
+	if err := plainJournalNames(sub, e.ImageName()); err != nil {
+		return backing{}, status.Errorf(codes.FailedPrecondition, "%s: ceph-csi's journal entry %v", what, err)
+	}
 	b := backing{csi: handle, group: s.group, subvolume: sub, snapshot: e.ImageName()}
 	if b.size, err = quota(s, s.group, sub); err != nil {
 		return backing{}, err
@@ -64,6 +69,19 @@ func (c *Controller) csiBacking(ctx context.Context, s site, handle, what string
 		return backing{}, ceph.Wrap("get path of "+sub, err)
 	}
 	return b, nil
+}
+
+// plainJournalNames checks the subvolume and snapshot names a ceph-csi journal entry gives (omap
+// values anyone with write access to the journal can set): they become the root path and the
+// .snap/<snapshot> directory shallow volumes are staged from.
+func plainJournalNames(subvolume, snapshot string) error {
+	if err := cephname.Check(subvolume); err != nil {
+		return fmt.Errorf("names subvolume %q, which %v", subvolume, err)
+	}
+	if err := cephname.Check(snapshot); err != nil {
+		return fmt.Errorf("names snapshot %q, which %v", snapshot, err)
+	}
+	return nil
 }
 
 // createCSISnapshot snapshots a ceph-csi volume the way ceph-csi does, in site s (opened, and

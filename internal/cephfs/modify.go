@@ -74,7 +74,8 @@ func parsePins(m map[string]string) (pins, error) {
 			p.distributed = b
 		case paramPinRandom:
 			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 || f > 1 {
+			// written so that NaN, which compares false with everything, fails too
+			if err != nil || !(f >= 0 && f <= 1) {
 				return p, controller.InvalidMutableParam(k, "%q: want a fraction from 0 to 1", v)
 			}
 			p.random = f

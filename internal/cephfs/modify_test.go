@@ -26,6 +26,8 @@ func TestParsePins(t *testing.T) {
 		{"distributed not a bool", map[string]string{"pinDistributed": "sometimes"}, pins{}, "pinDistributed"},
 		{"random above 1", map[string]string{"pinRandom": "1.5"}, pins{}, "pinRandom"},
 		{"random negative", map[string]string{"pinRandom": "-0.1"}, pins{}, "pinRandom"},
+		{"random NaN", map[string]string{"pinRandom": "NaN"}, pins{}, "pinRandom"}, // compares false with both bounds
+		{"random infinite", map[string]string{"pinRandom": "+Inf"}, pins{}, "pinRandom"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/kubecsi"
@@ -31,6 +30,9 @@ type AttachConfig struct {
 	// namespace).
 	LeaderElectionNamespace                   string
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// FenceNodeNetworks are comma-separated CIDRs nodes reach Ceph from: an address there
+	// counts as a tainted node's unless another Node reports it (nodefence.Options).
+	FenceNodeNetworks string
 }
 
 // serviceAccountNamespace is where a pod finds its own namespace.
@@ -47,7 +49,13 @@ func (c *Config) completeAttach() error {
 		}
 	}
 	if !a.FenceOutOfService {
+		if a.FenceNodeNetworks != "" {
+			return errors.New("--fence-node-networks: only --fence-out-of-service uses it")
+		}
 		return nil
+	}
+	if _, err := nodefence.ParseNodeNetworks(a.FenceNodeNetworks); err != nil {
+		return fmt.Errorf("--fence-node-networks: %w", err)
 	}
 	switch {
 	case !c.RunsController():
@@ -142,17 +150,18 @@ func (d *Driver) newFencer() (*nodefence.Fencer, error) {
 		}
 		return d.pool.Get(ctx, cl.MonHost(), cred)
 	}
-	fencers := func(ctx context.Context, clusterID string) (*fence.Direct, v1.Cluster, func(), error) {
+	fencers := func(ctx context.Context, clusterID string) (nodefence.Blocklist, func(), error) {
 		cl, err := d.clusters.Cluster(clusterID)
 		if err != nil {
-			return nil, cl, nil, err
+			return nil, nil, err
 		}
 		conn, err := connect(ctx, clusterID)
 		if err != nil {
-			return nil, cl, nil, err
+			return nil, nil, err
 		}
-		return fence.NewDirect(conn, cl, d.cfg.fenceOptions()), cl, conn.Release, nil
+		return fence.NewDirect(conn, cl, d.cfg.fenceOptions()), conn.Release, nil
 	}
+	networks, _ := nodefence.ParseNodeNetworks(a.FenceNodeNetworks) // checked by Complete
 	var backend nodefence.Backend = &nodefence.RBD{Driver: d.cfg.DriverName, Connect: connect}
 	if d.cfg.Type == TypeCephFS {
 		backend = &nodefence.CephFS{Connect: connect, Clusters: func() []string {
@@ -170,7 +179,7 @@ func (d *Driver) newFencer() (*nodefence.Fencer, error) {
 	}
 	return nodefence.New(nodefence.Options{
 		Kube: d.kube.client, Dynamic: d.kube.dynamic, Driver: d.cfg.DriverName, Namespace: a.LeaderElectionNamespace,
-		Identity: identity, Backend: backend, Fencers: fencers,
+		Identity: identity, Backend: backend, Fencers: fencers, NodeNetworks: networks,
 		LeaseDuration: a.LeaseDuration, RenewDeadline: a.RenewDeadline, RetryPeriod: a.RetryPeriod,
 	})
 }

@@ -43,6 +43,7 @@ type Driver struct {
 	recover func(context.Context) error
 	// holderClient talks to the mount holder (node modes with --mounter-endpoint)
 	holderClient *mounter.Client
+	holderGauges *holderGauges // what the node plugin found out about its holder
 	// holder is this process as the mount holder (--mode=mounter)
 	holder *mounter.Server
 
@@ -170,6 +171,7 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 			return nil, fmt.Errorf("--mounter-endpoint: %w", err)
 		}
 		d.holderClient = c
+		d.holderGauges = newHolderGauges(d.registry)
 	}
 	switch d.cfg.Type {
 	case TypeRBD:
@@ -263,6 +265,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		// whenever a holder appears (the first one this process sees, and each restarted
 		// one), the volumes it serves are reattached: connections handed over both ways
 		go d.holderClient.Watch(ctx, func(hctx context.Context, h mounter.Info) {
+			d.holderGauges.observe(string(d.cfg.Type), version.Get(), h)
 			klog.InfoS("Reattaching volumes through the mount holder", "holder", h.Instance, "holderVersion", h.Binary, "pid", h.PID)
 			d.runRecover(hctx)
 		})

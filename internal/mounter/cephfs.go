@@ -25,7 +25,7 @@ func (m *cephfsMounter) ParseOptions(volumeOptions string, mountFlags []string) 
 
 func (m *cephfsMounter) Mount(ctx context.Context, r mount.Request) error {
 	_, err := m.c.call(ctx, opCephFSMount, cephfsMount{Monitors: r.Monitors, FSName: r.FSName, Path: r.Path, Target: r.Target,
-		ReadOnly: r.ReadOnly, Options: r.Options, Cred: wireCred(r.Cred), WorkDir: r.WorkDir}, nil, nil, false)
+		ReadOnly: r.ReadOnly, Options: r.Options, Cred: wireCred(r.Cred), WorkDir: r.WorkDir, Node: r.Node}, nil, nil, false)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,6 +120,17 @@ type Info struct {
 	Type     string
 	Binary   string
 	PID      int
+	Features []string
+}
+
+// Missing are the features a node plugin of driver type typ ("rbd", "cephfs") relies on that
+// this holder lacks (an older holder).
+func (i Info) Missing(typ string) []string {
+	var out []string
+	if typ == "cephfs" && !slices.Contains(i.Features, FeatureCephFSNode) {
+		out = append(out, FeatureCephFSNode)
+	}
+	return out
 }
 
 // Watch follows the holder: it calls onNew (in the background, with a context that ends when

@@ -19,6 +19,19 @@ import (
 // Version is the protocol version this package speaks.
 const Version = 1
 
+// Features a holder announces in its hello, beyond what protocol version 1 began with. The
+// protocol's JSON is read leniently, so a holder without a feature ignores the fields asking
+// for it and still answers: a node plugin learns from the hello what it gets.
+const (
+	// FeatureCephFSNode: cephfs.mount carries the node, which ceph-fuse announces in its MDS
+	// session metadata (mount.NodeMetadataKey), where out-of-service fencing finds the node's
+	// sessions. Without it a lost node's CephFS clients are found by hostname only.
+	FeatureCephFSNode = "cephfs.node"
+)
+
+// features are what this holder does.
+var features = []string{FeatureCephFSNode}
+
 // Operations.
 const (
 	opHello          = "hello"
@@ -53,6 +66,8 @@ type hello struct {
 	Type     string `json:"type"`
 	Binary   string `json:"binary"` // the holder's own version
 	PID      int    `json:"pid"`
+	// Features the holder has (Feature*); a holder older than them sends none.
+	Features []string `json:"features,omitempty"`
 }
 
 // credentials carry a Ceph user and its key. The key is a secret: it is never logged.
@@ -96,6 +111,8 @@ type cephfsMount struct {
 	Options  []string    `json:"options,omitempty"`
 	Cred     credentials `json:"credentials"`
 	WorkDir  string      `json:"workDir"`
+	// Node is announced by ceph-fuse (FeatureCephFSNode; an older holder ignores it).
+	Node string `json:"node,omitempty"`
 }
 
 type workDirBody struct {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"time"
 
@@ -281,7 +282,7 @@ func (s *Server) do(ctx context.Context, req request, file *os.File) (body any, 
 }
 
 func (s *Server) hello() hello {
-	return hello{Version: Version, Instance: s.instance, Type: s.opts.Type, Binary: s.opts.Binary, PID: os.Getpid()}
+	return hello{Version: Version, Instance: s.instance, Type: s.opts.Type, Binary: s.opts.Binary, PID: os.Getpid(), Features: features}
 }
 
 // watch answers with hello and keeps the connection open until the holder stops: the client
@@ -311,6 +312,9 @@ func (s *Server) rbdAttach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err := s.checkWorkDir(m.WorkDir); err != nil {
 		return nil, nil, err
 	}
+	if err := checkFuseFD(file); err != nil {
+		return nil, nil, err
+	}
 	cred, err := m.Cred.ceph()
 	if err != nil {
 		return nil, nil, err
@@ -338,6 +342,12 @@ func (s *Server) rbdDetach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err := s.checkWorkDir(m.Attachment.WorkDir); err != nil {
 		return err
 	}
+	if err := checkFuseFD(file); err != nil {
+		return err
+	}
+	// the FUSE directory is the work directory's own, whatever the request says: detaching
+	// unmounts and removes it
+	m.Attachment = m.Attachment.InWorkDir(m.Attachment.WorkDir)
 	var conn *attach.Connection
 	if file != nil && m.Resume != nil {
 		conn = &attach.Connection{File: file, State: *m.Resume}
@@ -355,12 +365,18 @@ func (s *Server) cephfs(ctx context.Context, req request) (any, *os.File, error)
 		if err := s.checkWorkDir(m.WorkDir); err != nil {
 			return nil, nil, err
 		}
+		if err := checkNode(m.Node); err != nil {
+			return nil, nil, err
+		}
+		if err := checkCephFSOptions(m.Options); err != nil {
+			return nil, nil, err
+		}
 		cred, err := m.Cred.ceph()
 		if err != nil {
 			return nil, nil, err
 		}
 		return nil, nil, s.opts.CephFS.Mount(ctx, cephfsmount.Request{Monitors: m.Monitors, FSName: m.FSName, Path: m.Path,
-			Target: m.Target, ReadOnly: m.ReadOnly, Options: m.Options, Cred: cred, WorkDir: m.WorkDir})
+			Target: m.Target, ReadOnly: m.ReadOnly, Options: m.Options, Cred: cred, WorkDir: m.WorkDir, Node: m.Node})
 	case opCephFSRelease:
 		var w workDirBody
 		if err := json.Unmarshal(req.Body, &w); err != nil {
@@ -383,11 +399,14 @@ func (s *Server) cephfs(ctx context.Context, req request) (any, *os.File, error)
 	}
 }
 
-// checkWorkDir refuses a work directory that is not directly in the state directory: the
-// holder mounts, writes key files and removes directories there, and nowhere else.
-func (s *Server) checkWorkDir(dir string) error {
-	if s.opts.StateDir == "" || !filepath.IsAbs(dir) || filepath.Dir(filepath.Clean(dir)) != filepath.Clean(s.opts.StateDir) {
-		return fmt.Errorf("%w: work directory %q is not in this holder's state directory %s", ceph.ErrInvalid, dir, s.opts.StateDir)
+// nodePattern: a node ID goes into ceph-fuse's --client_metadata, a comma-separated list of
+// key=value pairs, so it may not carry a separator (it would announce other keys).
+var nodePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,252})?$`)
+
+// checkNode refuses a node ID that is not a plain name (empty: an older node plugin's request).
+func checkNode(node string) error {
+	if node != "" && !nodePattern.MatchString(node) {
+		return fmt.Errorf("%w: node ID %q: want up to 253 characters of [A-Za-z0-9._-]", ceph.ErrInvalid, node)
 	}
 	return nil
 }

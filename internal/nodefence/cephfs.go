@@ -3,6 +3,7 @@ package nodefence
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -41,13 +42,15 @@ type session struct {
 	host string // metadata: hostname
 }
 
-// Clients implements Backend.
+// Clients implements Backend; a cluster it cannot read is reported, the others are returned.
 func (b *CephFS) Clients(ctx context.Context, node string) (map[string][]netip.Addr, error) {
 	out := map[string][]netip.Addr{}
+	var errs []error
 	for _, id := range b.Clusters() {
 		sessions, err := b.sessions(ctx, id)
 		if err != nil {
-			return nil, fmt.Errorf("cluster %s: %w", id, err)
+			errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
+			continue
 		}
 		for _, s := range sessions {
 			if (s.node == node || (s.node == "" && s.host == node)) && !slices.Contains(out[id], s.addr) {
@@ -55,7 +58,7 @@ func (b *CephFS) Clients(ctx context.Context, node string) (map[string][]netip.A
 			}
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // Cut implements Backend: it evicts every session at the fenced addresses (the MDS blocklists

@@ -21,12 +21,12 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/fence"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -45,7 +45,8 @@ import (
 
 // Backend knows a driver's clients.
 type Backend interface {
-	// Clients are the Ceph client addresses node's plugin uses, per cluster ID.
+	// Clients are the Ceph client addresses node's plugin uses, per cluster ID. With an error
+	// (a cluster or volume it could not read) the map holds what was found all the same.
 	Clients(ctx context.Context, node string) (map[string][]netip.Addr, error)
 	// Cut ends, once addrs are blocklisted on the cluster, what the blocklist alone does not
 	// end at once (CephFS: the node's MDS sessions, whose capabilities others wait for).
@@ -54,9 +55,6 @@ type Backend interface {
 	// reconciled because its clients may have changed.
 	Watch(f informers.SharedInformerFactory, enqueue func(node string))
 }
-
-// Fencers opens the fencing of one cluster of the map with the controller's own credentials.
-type Fencers func(ctx context.Context, clusterID string) (d *fence.Direct, cl v1.Cluster, release func(), err error)
 
 // Options configure the fencer.
 type Options struct {
@@ -69,6 +67,9 @@ type Options struct {
 	Identity  string // this replica, for leader election
 	Backend   Backend
 	Fencers   Fencers
+	// NodeNetworks are the ranges nodes reach Ceph from: an address there counts as the
+	// tainted node's unless another Node reports it (besides the addresses the Node reports).
+	NodeNetworks []netip.Prefix
 
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Resync re-reconciles every node this often (informer resync), in case a change was
@@ -207,7 +208,8 @@ func tainted(n *corev1.Node) bool {
 }
 
 // reconcile fences a tainted node's clients, or lifts the fence of a node that is no longer
-// tainted. A node whose Node object is gone stays fenced: the machine may still run.
+// tainted. A node whose Node object is gone stays fenced: the machine may still run. A node
+// whose record does not validate is left as it is, and reported.
 func (f *Fencer) reconcile(ctx context.Context, name string) error {
 	log := klog.FromContext(ctx).WithValues("node", name)
 	ctx = klog.NewContext(ctx, log)
@@ -222,6 +224,10 @@ func (f *Fencer) reconcile(ctx context.Context, name string) error {
 		return err
 	}
 	rec, err := f.state.load(ctx, name)
+	if invalid := (*InvalidRecordError)(nil); errors.As(err, &invalid) {
+		f.events.Eventf(node, corev1.EventTypeWarning, "FenceStateInvalid", "%s: neither fencing nor unfencing the node: %v", f.opts.Driver, err)
+		return err // retried, in case somebody mends the record
+	}
 	if err != nil {
 		return err
 	}
@@ -234,37 +240,70 @@ func (f *Fencer) reconcile(ctx context.Context, name string) error {
 	return f.fence(ctx, node, rec)
 }
 
+// fence fences what the backend found of the node's clients, also when it could not find all
+// (an unreachable cluster, a volume it could not read): the rest is reported and retried.
 func (f *Fencer) fence(ctx context.Context, node *corev1.Node, rec *Record) error {
 	log := klog.FromContext(ctx)
+	var errs []error
 	clients, err := f.opts.Backend.Clients(ctx, node.Name)
 	if err != nil {
-		return fmt.Errorf("finding the node's clients: %w", err)
+		errs = append(errs, fmt.Errorf("finding the node's clients: %w", err))
+		f.events.Eventf(node, corev1.EventTypeWarning, "FenceIncomplete",
+			"%s: not all of the node's Ceph clients could be found; fencing those that were, and retrying: %v", f.opts.Driver, err)
+	}
+	attr, err := f.attribution(node)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
 	}
 	if rec == nil {
 		rec = &Record{Clusters: map[string]*ClusterRecord{}}
 	}
-	var errs []error
 	for _, id := range sortedKeys(clients, rec) {
 		cr := rec.Clusters[id]
 		if cr == nil {
 			cr = &ClusterRecord{}
 			rec.Clusters[id] = cr
 		}
-		if err := f.fenceCluster(ctx, node, rec, id, cr, clients[id]); err != nil {
+		found, drop := attr.split(clients[id])
+		// an address recorded earlier may be another Node's by now
+		_, stale := attr.split(prefixAddrs(cr.CIDRs))
+		f.reportDropped(ctx, node, id, append(drop, stale...))
+		if err := f.fenceCluster(ctx, node, rec, id, cr, found, attr); err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
 		}
 	}
-	if len(rec.Clusters) == 0 {
+	if len(rec.Clusters) == 0 && len(errs) == 0 {
 		log.Info("Out-of-service node has no recorded Ceph clients; nothing to fence")
 	}
 	return errors.Join(errs...)
 }
 
-// fenceCluster fences the node's CIDRs on one cluster. Before the blocklist changes, the
-// record notes the CIDRs and which of them somebody else fenced already; a pre-existing entry
-// that vanished since is dropped from that list, since this fencer is about to make it.
-func (f *Fencer) fenceCluster(ctx context.Context, node *corev1.Node, rec *Record, id string, cr *ClusterRecord, addrs []netip.Addr) error {
-	d, _, release, err := f.opts.Fencers(ctx, id)
+// attribution ties addresses to node and the other Nodes of the cluster.
+func (f *Fencer) attribution(node *corev1.Node) (*attribution, error) {
+	all, err := f.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	return newAttribution(node, all, f.opts.NodeNetworks), nil
+}
+
+// reportDropped logs and reports (an event on the Node) the addresses not fenced because they
+// are not the node's.
+func (f *Fencer) reportDropped(ctx context.Context, node *corev1.Node, id string, ds []dropped) {
+	if len(ds) == 0 {
+		return
+	}
+	klog.FromContext(ctx).Info("Not fencing client addresses that are not the node's", "clusterID", id, "dropped", droppedList(ds))
+	f.events.Eventf(node, corev1.EventTypeWarning, "FenceAddressRefused",
+		"%s: not fencing addresses recorded for the node on cluster %s: %s", f.opts.Driver, id, droppedList(ds))
+}
+
+// fenceCluster fences the node's CIDRs on one cluster (those attr still ties to it). Before
+// the blocklist changes, the record notes the CIDRs and which of them somebody else fenced
+// already; a pre-existing entry that vanished since is dropped from that list, since this
+// fencer is about to make it.
+func (f *Fencer) fenceCluster(ctx context.Context, node *corev1.Node, rec *Record, id string, cr *ClusterRecord, addrs []netip.Addr, attr *attribution) error {
+	d, release, err := f.opts.Fencers(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -287,25 +326,27 @@ func (f *Fencer) fenceCluster(ctx context.Context, node *corev1.Node, rec *Recor
 		}
 		faultpoint.Hit("nodefence.recorded")
 	}
-	if len(cr.CIDRs) == 0 {
+	keep, _ := attr.split(prefixAddrs(cr.CIDRs))
+	targets := addrPrefixes(keep)
+	if len(targets) == 0 {
 		return nil
 	}
-	if err := d.Guard(ctx, cr.CIDRs); err != nil {
+	if err := d.Guard(ctx, targets); err != nil {
 		if cr.Refused != err.Error() {
 			cr.Refused = err.Error()
-			f.events.Eventf(node, corev1.EventTypeWarning, "FenceRefused", "%s: not fencing %v on cluster %s: %v", f.opts.Driver, cr.CIDRs, id, err)
+			f.events.Eventf(node, corev1.EventTypeWarning, "FenceRefused", "%s: not fencing %v on cluster %s: %v", f.opts.Driver, targets, id, err)
 			if err := f.state.save(ctx, node.Name, rec); err != nil {
 				return err
 			}
 		}
 		return nil // retrying cannot help; a change of the node or its clients requeues it
 	}
-	made, err := d.Fence(ctx, cr.CIDRs)
+	made, err := d.Fence(ctx, targets)
 	if err != nil {
 		return err
 	}
 	faultpoint.Hit("nodefence.fenced")
-	if err := f.opts.Backend.Cut(ctx, id, node.Name, prefixAddrs(cr.CIDRs)); err != nil {
+	if err := f.opts.Backend.Cut(ctx, id, node.Name, keep); err != nil {
 		return err
 	}
 	if made > 0 || cr.Refused != "" {
@@ -313,53 +354,10 @@ func (f *Fencer) fenceCluster(ctx context.Context, node *corev1.Node, rec *Recor
 		if err := f.state.save(ctx, node.Name, rec); err != nil {
 			return err
 		}
-		klog.FromContext(ctx).Info("Fenced out-of-service node", "clusterID", id, "cidrs", cr.CIDRs, "entriesAdded", made)
-		f.events.Eventf(node, corev1.EventTypeNormal, "Fenced", "%s: blocklisted the node's Ceph clients %v on cluster %s", f.opts.Driver, cr.CIDRs, id)
+		klog.FromContext(ctx).Info("Fenced out-of-service node", "clusterID", id, "cidrs", targets, "entriesAdded", made)
+		f.events.Eventf(node, corev1.EventTypeNormal, "Fenced", "%s: blocklisted the node's Ceph clients %v on cluster %s", f.opts.Driver, targets, id)
 	}
 	return nil
-}
-
-// unfence removes the fencer's own entries of every cluster (those no NetworkFence fences
-// now), then the record.
-func (f *Fencer) unfence(ctx context.Context, node *corev1.Node, rec *Record) error {
-	var errs []error
-	for _, id := range sortedKeys(nil, rec) {
-		cr := rec.Clusters[id]
-		if err := f.unfenceCluster(ctx, id, cr); err != nil {
-			errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
-			continue
-		}
-		faultpoint.Hit("nodefence.unfenced")
-		delete(rec.Clusters, id)
-		f.events.Eventf(node, corev1.EventTypeNormal, "Unfenced", "%s: lifted the blocklist of the node's Ceph clients %v on cluster %s", f.opts.Driver, cr.Unfence(), id)
-	}
-	if err := errors.Join(errs...); err != nil {
-		_ = f.state.save(ctx, node.Name, rec) // what is done stays done
-		return err
-	}
-	return f.state.save(ctx, node.Name, nil)
-}
-
-func (f *Fencer) unfenceCluster(ctx context.Context, id string, cr *ClusterRecord) error {
-	cidrs := cr.Unfence()
-	if len(cidrs) == 0 || cr.Refused != "" {
-		return nil
-	}
-	held, err := f.networkFenced(ctx, id)
-	if err != nil {
-		return err
-	}
-	cidrs = slices.DeleteFunc(cidrs, func(p netip.Prefix) bool { return slices.Contains(held, p) })
-	d, _, release, err := f.opts.Fencers(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer release()
-	removed, err := d.Unfence(ctx, cidrs)
-	if err == nil {
-		klog.FromContext(ctx).Info("Unfenced node", "clusterID", id, "cidrs", cidrs, "entriesRemoved", removed, "keptForNetworkFences", held)
-	}
-	return err
 }
 
 var networkFences = schema.GroupVersionResource{Group: "csiaddons.openshift.io", Version: "v1alpha1", Resource: "networkfences"}
@@ -405,6 +403,14 @@ func prefixAddrs(ps []netip.Prefix) []netip.Addr {
 	out := make([]netip.Addr, len(ps))
 	for i, p := range ps {
 		out[i] = p.Addr()
+	}
+	return out
+}
+
+func addrPrefixes(as []netip.Addr) []netip.Prefix {
+	out := make([]netip.Prefix, len(as))
+	for i, a := range as {
+		out[i] = netip.PrefixFrom(a, a.BitLen())
 	}
 	return out
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/ceph/go-ceph/rbd"
-	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/faultpoint"
@@ -93,13 +92,12 @@ func (r *rig) connect(ctx context.Context, clusterID string) (*ceph.Conn, error)
 	return r.pool.Get(ctx, r.cl.Monitors, r.cl.Admin)
 }
 
-func (r *rig) fencers(ctx context.Context, clusterID string) (*fence.Direct, v1.Cluster, func(), error) {
+func (r *rig) fencers(ctx context.Context, clusterID string) (Blocklist, func(), error) {
 	conn, err := r.connect(ctx, clusterID)
 	if err != nil {
-		return nil, v1.Cluster{}, nil, err
+		return nil, nil, err
 	}
-	cl := r.cl.ClusterMap()[0]
-	return fence.NewDirect(conn, cl, fence.Options{Expiry: 15 * time.Minute}), cl, conn.Release, nil
+	return fence.NewDirect(conn, r.cl.ClusterMap()[0], fence.Options{Expiry: 15 * time.Minute}), conn.Release, nil
 }
 
 // run starts f until the test (or stop) ends.
@@ -229,8 +227,13 @@ func (r *rig) rbdVolume(ns, node string, addrs ...string) (image string) {
 	return image
 }
 
-func (r *rig) node(name string) {
-	if _, err := r.kc.CoreV1().Nodes().Create(r.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+// node creates a Node reporting addrs (the fencer fences only a Node's own addresses).
+func (r *rig) node(name string, addrs ...string) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, a := range addrs {
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+	}
+	if _, err := r.kc.CoreV1().Nodes().Create(r.ctx, n, metav1.CreateOptions{}); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -252,10 +255,10 @@ func TestFenceOutOfServiceRBD(t *testing.T) {
 	cp.ApplyCRDs(t, filepath.Join(csiAddons, "deploy/controller/crds.yaml"))
 	// .2: the node's writer; .3: recorded too, but fenced before by somebody else
 	const writer, other = "127.0.0.2", "127.0.0.3"
-	r.node("node-a")
+	r.node("node-a", writer, other)
 	ns := fmt.Sprintf("fence%d", time.Now().UnixNano()%1e9)
 	image := r.rbdVolume(ns, "node-a", writer, other)
-	d, _, release, err := r.fencers(r.ctx, cl.ID)
+	d, release, err := r.fencers(r.ctx, cl.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,8 +353,8 @@ func TestFenceOutOfServiceCephFS(t *testing.T) {
 	}
 	r := newRig(t, "")
 	cl := r.cl
-	r.node("node-b")
 	const addr = "127.0.0.2"
+	r.node("node-b", addr)
 	dir := t.TempDir()
 	mnt := exec.Command("ceph-fuse", "-c", os.Getenv("CEPH_CONF"), "--keyring", os.Getenv("CEPH_KEYRING"), "--id", cl.Admin.ID,
 		"--client_fs", cl.FSName, "--client_metadata=monoceph.node=node-b", "--admin_socket=", "--pid_file=", "--log_file=", dir)
@@ -365,7 +368,7 @@ func TestFenceOutOfServiceCephFS(t *testing.T) {
 	if err != nil || fmt.Sprint(clients[cl.ID]) != "["+addr+"]" {
 		t.Fatalf("clients of node-b: %v, %v; want %s", clients, err, addr)
 	}
-	d, _, release, err := r.fencers(r.ctx, cl.ID)
+	d, release, err := r.fencers(r.ctx, cl.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

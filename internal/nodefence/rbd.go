@@ -2,6 +2,8 @@ package nodefence
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -61,13 +63,14 @@ func enqueueVA(o any, enqueue func(string)) {
 	}
 }
 
-// Clients implements Backend.
+// Clients implements Backend; a volume it cannot read is reported, the others are returned.
 func (b *RBD) Clients(ctx context.Context, node string) (map[string][]netip.Addr, error) {
 	all, err := b.vas.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]netip.Addr{}
+	var errs []error
 	for _, va := range all {
 		if va.Spec.Attacher != b.Driver || va.Spec.NodeName != node || va.Spec.Source.PersistentVolumeName == nil {
 			continue
@@ -86,7 +89,9 @@ func (b *RBD) Clients(ctx context.Context, node string) (map[string][]netip.Addr
 		}
 		addrs, err := b.volumeClients(ctx, v, nodeID)
 		if err != nil {
-			return nil, err
+			// one volume (or cluster) that cannot be read keeps none of the others from being fenced
+			errs = append(errs, fmt.Errorf("volume %s: %w", pv.Name, err))
+			continue
 		}
 		for _, a := range addrs {
 			if !slices.Contains(out[v.clusterID], a) {
@@ -94,7 +99,7 @@ func (b *RBD) Clients(ctx context.Context, node string) (map[string][]netip.Addr
 			}
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // site is where a PV's image and attachment object are.

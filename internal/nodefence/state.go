@@ -3,7 +3,6 @@ package nodefence
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/netip"
 	"slices"
 
@@ -65,42 +64,57 @@ type store struct {
 	namespace, name string
 }
 
-func (s *store) get(ctx context.Context) (*corev1.ConfigMap, map[string]*Record, error) {
-	cm, err := s.kc.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
+// get reads the ConfigMap and its records; a record that does not validate is in bad, not
+// in recs (its raw value stays in the ConfigMap: save rewrites only the key it is given).
+func (s *store) get(ctx context.Context) (cm *corev1.ConfigMap, recs map[string]*Record, bad map[string]error, err error) {
+	cm, err = s.kc.CoreV1().ConfigMaps(s.namespace).Get(ctx, s.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return nil, map[string]*Record{}, nil
+		return nil, map[string]*Record{}, nil, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	recs := map[string]*Record{}
+	recs, bad = map[string]*Record{}, map[string]error{}
 	for node, raw := range cm.Data {
-		var r Record
-		if err := json.Unmarshal([]byte(raw), &r); err != nil {
-			return nil, nil, fmt.Errorf("ConfigMap %s/%s, key %s: %w", s.namespace, s.name, node, err)
+		r, err := decodeRecord(raw)
+		if err != nil {
+			bad[node] = &InvalidRecordError{ConfigMap: s.namespace + "/" + s.name, Node: node, Err: err}
+			continue
 		}
-		recs[node] = &r
+		recs[node] = r
 	}
-	return cm, recs, nil
+	return cm, recs, bad, nil
 }
 
-// load returns the record of node, or nil.
+// all returns every record, and the nodes whose records are invalid.
+func (s *store) all(ctx context.Context) (map[string]*Record, map[string]error, error) {
+	_, recs, bad, err := s.get(ctx)
+	return recs, bad, err
+}
+
+// load returns the record of node, or nil; an invalid record is an *InvalidRecordError.
 func (s *store) load(ctx context.Context, node string) (*Record, error) {
-	_, recs, err := s.get(ctx)
+	_, recs, bad, err := s.get(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := bad[node]; err != nil {
 		return nil, err
 	}
 	return recs[node], nil
 }
 
-// nodes lists the nodes with a record.
+// nodes lists the nodes with a record, valid or not.
 func (s *store) nodes(ctx context.Context) ([]string, error) {
-	_, recs, err := s.get(ctx)
+	recs, bad, err := s.all(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for n := range recs {
+		out = append(out, n)
+	}
+	for n := range bad {
 		out = append(out, n)
 	}
 	return out, nil
@@ -109,7 +123,7 @@ func (s *store) nodes(ctx context.Context) ([]string, error) {
 // save writes the record of node (nil deletes it).
 func (s *store) save(ctx context.Context, node string, r *Record) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cm, _, err := s.get(ctx)
+		cm, _, _, err := s.get(ctx)
 		if err != nil {
 			return err
 		}

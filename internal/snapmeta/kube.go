@@ -105,6 +105,13 @@ func (k *APIServer) Snapshot(ctx context.Context, namespace, name string) (strin
 	if vsc.Spec.Driver != k.Driver {
 		return "", nil, status.Errorf(codes.NotFound, "VolumeSnapshot %s/%s belongs to driver %q, not %q", namespace, name, vsc.Spec.Driver, k.Driver)
 	}
+	// A binding goes both ways. Whoever may write a VolumeSnapshot's status could otherwise
+	// point it at any content (another namespace's snapshot) and read that through the
+	// namespace they are authorised for.
+	if ref := vsc.Spec.VolumeSnapshotRef; ref.Namespace != namespace || ref.Name != name || ref.UID != "" && ref.UID != vs.UID {
+		return "", nil, status.Errorf(codes.FailedPrecondition, "VolumeSnapshotContent %s is bound to VolumeSnapshot %s/%s (uid %q), not to %s/%s (uid %q)",
+			vsc.Name, ref.Namespace, ref.Name, ref.UID, namespace, name, vs.UID)
+	}
 	handle := ""
 	if vsc.Status != nil && vsc.Status.SnapshotHandle != nil {
 		handle = *vsc.Status.SnapshotHandle

@@ -1,12 +1,15 @@
 package node
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestVolumeLayout(t *testing.T) {
@@ -80,5 +83,27 @@ func TestResolveSnapshotDir(t *testing.T) {
 				t.Fatalf("resolveSnapshotDir = %q, %v; want %q", got, err, tt.want)
 			}
 		})
+	}
+}
+
+// TestResolveCephCSIShallowName: the snapshot name read from ceph-csi's journal (an omap value)
+// is joined into the path bound into pods, so one that is not a plain Ceph name is refused.
+func TestResolveCephCSIShallowName(t *testing.T) {
+	for _, c := range []struct {
+		snap string
+		want codes.Code
+	}{
+		{"csi-snap-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", codes.OK},
+		{"../../../../etc", codes.FailedPrecondition},
+		{"a/b", codes.FailedPrecondition},
+		{"", codes.FailedPrecondition},
+		{".", codes.FailedPrecondition},
+	} {
+		s := &Server{opts: Options{ResolveCephCSIShallow: func(context.Context, string, string, ceph.Credentials) (string, error) { return c.snap, nil }}}
+		r := &stageRequest{volumeID: "0001-0009-rook-ceph-0000000000000001-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"}
+		err := s.resolveCephCSIShallow(context.Background(), r, nil)
+		if status.Code(err) != c.want || c.want == codes.OK && r.vol.SnapshotName != c.snap {
+			t.Errorf("snapshot %q: %v (name %q), want %v", c.snap, err, r.vol.SnapshotName, c.want)
+		}
 	}
 }

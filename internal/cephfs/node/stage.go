@@ -10,6 +10,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/cephname"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/hostmount"
@@ -402,6 +403,11 @@ func (s *Server) resolveCephCSIShallow(ctx context.Context, r *stageRequest, rec
 		snap, err := s.opts.ResolveCephCSIShallow(ctx, r.vol.ClusterID, r.volumeID, r.cred)
 		if err != nil {
 			return err
+		}
+		// the name comes from an omap value anyone with the journal's write access can set,
+		// and is joined into the path bound into pods
+		if err := cephname.Check(snap); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "volume %q: ceph-csi's journal names its snapshot %q, which %v", r.volumeID, snap, err)
 		}
 		r.vol.SnapshotName = snap
 	}
