@@ -25,6 +25,32 @@ var (
 	ErrInconsistent = errors.New("inconsistent state")
 )
 
+// Class is one of the error classes above with the name it travels under between processes
+// (the mount holder's answers name the classes of an error, so that the node plugin classifies
+// it as it would its own).
+type Class struct {
+	Name string
+	Err  error
+}
+
+// Classes lists every class: the one list the mappings are made from and tested against (the
+// gRPC edge has a code for each, the holder's protocol names each).
+var Classes = []Class{
+	{"not-found", ErrNotFound},
+	{"exists", ErrExists},
+	{"busy", ErrBusy},
+	{"not-empty", ErrNotEmpty},
+	{"auth", ErrAuth},
+	{"permission", ErrPermission},
+	{"unavailable", ErrUnavailable},
+	{"invalid", ErrInvalid},
+	{"conflict", ErrConflict},
+	{"no-space", ErrNoSpace},
+	{"unsupported", ErrUnsupported},
+	{"timeout", ErrTimeout},
+	{"inconsistent", ErrInconsistent},
+}
+
 // Error is a Ceph failure: what was attempted, the errno Ceph answered, the class it falls in
 // and Ceph's own text (status output from mon/mgr commands, which carries the reason).
 type Error struct {

@@ -139,28 +139,28 @@ type unavailable struct {
 	Missing string `json:"missing"`
 }
 
-// kinds are the sentinel errors callers classify errors by (errors.Is), by name.
-var kinds = []struct {
-	name string
-	err  error
-}{
+// kinds are the sentinel errors callers classify errors by (errors.Is), by name: the node
+// path's own, then every Ceph class as "ceph-<class>" (names both sides of a holder upgrade
+// know; a name the other side lacks is ignored there).
+var kinds = append([]kind{
 	{"deadline", context.DeadlineExceeded},
 	{"canceled", context.Canceled},
 	{"image-not-found", attach.ErrImageNotFound},
 	{"connection-lost", attach.ErrConnectionLost},
 	{"holder-unavailable", ErrUnavailable},
-	{"ceph-not-found", ceph.ErrNotFound},
-	{"ceph-exists", ceph.ErrExists},
-	{"ceph-busy", ceph.ErrBusy},
-	{"ceph-not-empty", ceph.ErrNotEmpty},
-	{"ceph-auth", ceph.ErrAuth},
-	{"ceph-permission", ceph.ErrPermission},
-	{"ceph-unavailable", ceph.ErrUnavailable},
-	{"ceph-invalid", ceph.ErrInvalid},
-	{"ceph-conflict", ceph.ErrConflict},
-	{"ceph-no-space", ceph.ErrNoSpace},
-	{"ceph-unsupported", ceph.ErrUnsupported},
-	{"ceph-timeout", ceph.ErrTimeout},
+}, cephKinds()...)
+
+type kind struct {
+	name string
+	err  error
+}
+
+func cephKinds() []kind {
+	out := make([]kind, len(ceph.Classes))
+	for i, c := range ceph.Classes {
+		out[i] = kind{"ceph-" + c.Name, c.Err}
+	}
+	return out
 }
 
 // ErrUnavailable: the holder cannot be reached (not running, restarting). It is a
