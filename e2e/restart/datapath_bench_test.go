@@ -108,7 +108,7 @@ func measure(ctx context.Context, j fioJob, t fioTarget, size int64, runtime tim
 // this one's), and CPU and context switches per I/O; the ratios go out as benchmark metrics.
 func reportDataPath(b *testing.B, targets []fioTarget, results [][]fioResult) {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n%-27s %-15s %19s %9s %13s %13s %11s\n", "job", "target", "result", "vs floor", "fio cpu µs/io", "srv cpu µs/io", "srv cs/io")
+	fmt.Fprintf(&sb, "%-27s %-15s %19s %9s %13s %13s %11s\n", "job", "target", "result", "vs floor", "fio cpu µs/io", "srv cpu µs/io", "srv cs/io")
 	for i, j := range fioJobs {
 		floor := results[i][0]
 		for k, t := range targets {
@@ -139,7 +139,8 @@ func reportDataPath(b *testing.B, targets []fioTarget, results [][]fioResult) {
 				float64(res.cpu.Microseconds())/max(res.ios, 1), srvCPU, srvCS)
 		}
 	}
-	b.Log(sb.String())
+	// on stdout, not b.Log: the testing package keeps only the first lines of a benchmark's log
+	fmt.Print(sb.String())
 }
 
 func metricKey(name string) string {

@@ -52,8 +52,7 @@ type fioResult struct {
 	iops, mibps   float64
 	p50, p99      time.Duration // completion latency, of reads where the job reads
 	ios           float64       // I/Os completed
-	cpu           time.Duration // fio's own user + system CPU time
-	ctxSwitches   float64       // fio's own
+	cpu           time.Duration // fio's user + system CPU time, all its threads and processes
 	runtime       time.Duration
 	serverCPU     time.Duration // of the FUSE server process, when there is one
 	serverSwitch  float64
@@ -98,16 +97,17 @@ func runFio(ctx context.Context, j fioJob, t fioTarget, size int64, runtime time
 	if err != nil {
 		return fioResult{}, fmt.Errorf("fio %s on %s: %v: %s", j.name, t.name, err, stderr.Bytes())
 	}
-	return parseFio(out)
+	res, err := parseFio(out)
+	// fio's own report covers its job thread only; the process's rusage has librbd's threads
+	// too (the floor's client work) and that of the job process fio waited for
+	res.cpu = cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return res, err
 }
 
 // fioOutput is the part of fio's JSON output read here.
 type fioOutput struct {
 	Jobs []struct {
 		Read, Write fioDir
-		UsrCPU      float64 `json:"usr_cpu"` // percent of the job's runtime
-		SysCPU      float64 `json:"sys_cpu"`
-		Ctx         float64 `json:"ctx"`
 	} `json:"jobs"`
 }
 
@@ -141,9 +141,7 @@ func parseFio(out []byte) (fioResult, error) {
 		iops:  j.Read.IOPS + j.Write.IOPS,
 		mibps: (j.Read.BWBytes + j.Write.BWBytes) / (1 << 20),
 		p50:   pct("50.000000"), p99: pct("99.000000"),
-		ios:         j.Read.TotalIOs + j.Write.TotalIOs,
-		cpu:         time.Duration((j.UsrCPU + j.SysCPU) / 100 * float64(rt)),
-		ctxSwitches: j.Ctx,
-		runtime:     rt,
+		ios:     j.Read.TotalIOs + j.Write.TotalIOs,
+		runtime: rt,
 	}, nil
 }
