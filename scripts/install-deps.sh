@@ -14,6 +14,8 @@ PACKAGES=(
   gcc libc6-dev make git
   # node plugin: filesystems, loop devices, mount helpers
   e2fsprogs xfsprogs util-linux mount fuse3
+  # make bench: the RBD data path measured with fio, its rbd engine (librbd) as the floor
+  fio
   # scripts: ss, process checks, certificates, HTTP checks; JSON for the ceph-csi migration
   iproute2 procps python3 ca-certificates openssl curl jq
   # container image (make image, make e2e): debootstrap makes the Debian base root filesystem,

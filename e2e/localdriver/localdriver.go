@@ -26,14 +26,14 @@ type Driver struct {
 
 // Start runs a driver of type typ; clusterMapExtra is appended to the cluster map entry's fields
 // (e.g. `"cephFS":{"subvolumeGroup":"g"}`).
-func Start(t *testing.T, typ driver.Type, clusterMapExtra string) *Driver {
+func Start(t testing.TB, typ driver.Type, clusterMapExtra string) *Driver {
 	t.Helper()
 	return StartNamed(t, typ, "", clusterMapExtra)
 }
 
 // StartNamed is Start under a driver name of the caller's ("" is the default for typ), e.g.
 // ceph-csi's.
-func StartNamed(t *testing.T, typ driver.Type, name, clusterMapExtra string) *Driver {
+func StartNamed(t testing.TB, typ driver.Type, name, clusterMapExtra string) *Driver {
 	t.Helper()
 	cl := cephtest.Env(t)
 	// short: FUSE admin sockets live under the state directory and paths are limited to 107 bytes

@@ -95,7 +95,7 @@ func TestMain(m *testing.M) {
 
 // binaries builds monoceph twice, stamped v1 and v2: the second is "a newly built binary" to
 // restart with. Building takes a few seconds with a warm cache.
-func binaries(t *testing.T) (v1, v2 string) {
+func binaries(t testing.TB) (v1, v2 string) {
 	t.Helper()
 	bins.once.Do(func() {
 		out, err := exec.Command("go", "env", "GOMOD").Output()
@@ -131,7 +131,7 @@ func binaries(t *testing.T) (v1, v2 string) {
 // /var/lib/kubelet and /run/monoceph, which the chart mounts with Bidirectional propagation),
 // in-process controllers that create the volumes, and the containers the test starts.
 type rig struct {
-	t          *testing.T
+	t          testing.TB
 	cl         cephtest.Cluster
 	dir        string
 	root       string
@@ -143,7 +143,7 @@ type rig struct {
 	ctrl       map[string]csi.ControllerClient
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	cl := cephtest.Env(t)
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: namespaces, FUSE, loop devices")
@@ -186,7 +186,7 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -262,7 +262,7 @@ func (c *container) kill() {
 
 // stop sends SIGTERM to the container's first process (what the kubelet does) and waits up
 // to timeout for the container to end, then kills it.
-func (c *container) stop(t *testing.T, timeout time.Duration) {
+func (c *container) stop(t testing.TB, timeout time.Duration) {
 	t.Helper()
 	if pid := c.initPID(); pid > 0 {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
@@ -377,7 +377,7 @@ func (r *rig) waitFor(c *container, what string, ok func() bool) {
 }
 
 // version is the binary version the plugin reports.
-func (n *node) version(t *testing.T) string {
+func (n *node) version(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -193,7 +193,7 @@ func (w *writer) oks() int {
 }
 
 // waitOK waits for n more successful writes.
-func (w *writer) waitOK(t *testing.T, n int, timeout time.Duration) {
+func (w *writer) waitOK(t testing.TB, n int, timeout time.Duration) {
 	t.Helper()
 	want := w.oks() + n
 	for deadline := time.Now().Add(timeout); w.oks() < want; time.Sleep(20 * time.Millisecond) {

@@ -77,7 +77,8 @@ type Server struct {
 	state State
 	log   klog.Logger
 
-	bufs     sync.Pool
+	bufs     sync.Pool // request buffers
+	data     sync.Pool // read payloads, maxWrite each
 	sem      chan struct{}
 	inflight sync.WaitGroup
 	done     chan struct{}
@@ -100,6 +101,7 @@ func newServer(fd int, opts Options, b Backend) (*Server, error) {
 		done: make(chan struct{}),
 	}
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
+	s.data.New = func() any { b := make([]byte, maxWrite); return &b }
 	return s, nil
 }
 
@@ -193,16 +195,30 @@ func (s *Server) reply(unique uint64, errno syscall.Errno, payload ...[]byte) {
 	} else {
 		payload = nil
 	}
-	out := make([]byte, 0, size)
 	h := fuse.OutHeader{Length: uint32(size), Status: -int32(errno), Unique: unique}
-	out = append(out, bytesOf(&h)...)
-	for _, p := range payload {
-		out = append(out, p...)
-	}
-	if _, err := s.f.Write(out); err != nil && !errors.Is(err, syscall.ENOENT) {
+	iov := make([][]byte, 0, 1+len(payload))
+	iov = append(iov, bytesOf(&h))
+	if err := s.writev(append(iov, payload...)); err != nil && !errors.Is(err, syscall.ENOENT) {
 		// ENOENT: the request was interrupted or the connection aborted meanwhile
 		s.log.Error(err, "Answering a FUSE request", "unique", unique)
 	}
+}
+
+// writev writes one answer from its pieces in one system call, as /dev/fuse requires, without
+// copying them together first (a read's payload is up to 1 MiB).
+func (s *Server) writev(iov [][]byte) error {
+	rc, err := s.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := rc.Write(func(fd uintptr) bool {
+		_, werr = unix.Writev(int(fd), iov)
+		return !errors.Is(werr, syscall.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	return werr
 }
 
 // notifyResend asks the kernel to send again the requests an earlier server read and did not

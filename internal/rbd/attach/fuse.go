@@ -261,6 +261,11 @@ func (f *Fuse) ensureLoop(ctx context.Context, a Attachment, file string) (strin
 	}
 	for _, dev := range loops {
 		if loopReadOnly(f.sys, dev) == a.ReadOnly {
+			// a device of an earlier version, or one the kernel refused direct I/O: it works
+			// either way, direct I/O only makes it faster
+			if err := loopEnableDirectIO(ctx, f.x, f.sys, dev); err != nil {
+				klog.FromContext(ctx).Info("Loop device stays without direct I/O", "device", dev, "err", err)
+			}
 			return dev, nil
 		}
 	}

@@ -200,8 +200,11 @@ func testFuseAttach(t *testing.T, ns string) {
 	if a.FuseDir != fuse || !strings.HasPrefix(a.Device, "/dev/loop") || a.Session == nil || a.Session.Minor == 0 {
 		t.Fatalf("attachment = %+v", a)
 	}
-	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"losetup", "--find", "--show", filepath.Join(fuse, FuseFileName(work))}) {
+	if len(rec.calls) != 1 || !slices.Equal(rec.calls[0], []string{"losetup", "--find", "--show", "--direct-io=on", filepath.Join(fuse, FuseFileName(work))}) {
 		t.Fatalf("commands %q, want one losetup", rec.calls)
+	}
+	if !loopDirectIO(SysRoot, a.Device) {
+		t.Fatalf("%s does not do direct I/O on the FUSE file", a.Device)
 	}
 	if m, _ := hostmount.MountAt(fuse); m == nil || m.FsType != "fuse."+FuseSubtype {
 		t.Fatalf("mount at %s: %+v", fuse, m)
