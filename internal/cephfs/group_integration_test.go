@@ -48,6 +48,11 @@ func managerHasQuiesce(t testing.TB, e *env) bool {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// the controller keeps the answer: a test that then puts squidMgr in its place must be
+	// asked anew
+	e.ctrl.quiesce.mu.Lock()
+	e.ctrl.quiesce.known = nil
+	e.ctrl.quiesce.mu.Unlock()
 	return ok
 }
 

@@ -42,6 +42,7 @@ func TestSnapshotBackReference(t *testing.T) {
 			cls := &snapv1.VolumeSnapshotClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Driver: driver,
 				Parameters: map[string]string{paramSecretName: "ceph", paramSecretNamespace: "ceph"}}
 			sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ceph", Name: "ceph"}, Data: map[string][]byte{"userID": []byte("u")}}
+			//lint:ignore SA1019 the snapshot client's fake has no NewClientset (its apply configurations are not generated)
 			k := &APIServer{Client: fake.NewClientset(sec), Snapshots: snapfake.NewSimpleClientset(vs, vsc, cls), Driver: driver}
 			got, secrets, err := k.Snapshot(context.Background(), "ns", "snap")
 			if status.Code(err) != c.want {
