@@ -445,7 +445,7 @@ cmd_guard() {
       mgr.*) start_mgr; pids[$d]=$(wait_pid "$d") ;;
       mds.*) start_mds; pids[$d]=$(wait_pid "$d") ;;
       *)
-        log "guard: ending the tier ($*): its tests need $d"
+        log "guard: ending the tier (${*:0:160}): its tests need $d"
         kill -TERM -- "-$child" 2>/dev/null || true
         for ((i = 0; i < 100; i++)); do alive "$child" || break; sleep 0.1; done
         kill -KILL -- "-$child" 2>/dev/null || true
