@@ -423,13 +423,13 @@ objectstore_of_cluster() { awk '$1 == "osd" && $2 == "objectstore" {print $4}' "
 cmd_guard() {
   (($#)) || die "usage: $0 guard CMD..."
   [[ -f $CEPH_DIR/.ready ]] || die "guard: no cluster running in $CEPH_DIR (run: $0 start)"
-  local d pid child rc=0 started=$SECONDS
+  local d pid child i rc=0 started=$SECONDS tier="$*"
   GUARD_START=$(date +%s)
   local -A pids=() logged=()
   for d in "${DAEMONS[@]}"; do
     pid_alive "$RUN/$d.pid" || die "guard: $d of the cluster in $CEPH_DIR is not running (run: $0 start)"
     pids[$d]=$(cat "$RUN/$d.pid")
-    logged[$d]=$(stat -c %s "$CEPH_DIR/log/$d.log" 2>/dev/null || echo 0) # what the report leaves out
+    logged[$d]=$(log_size "$d") # what the report leaves out
   done
   set -m # CMD's own process group
   "$@" &
@@ -439,13 +439,13 @@ cmd_guard() {
   while alive "$child"; do
     for d in "${DAEMONS[@]}"; do
       alive "${pids[$d]}" && continue
-      report_death "$d" "${pids[$d]}" $((SECONDS - started)) "$*" "${logged[$d]}"
-      logged[$d]=$(stat -c %s "$CEPH_DIR/log/$d.log" 2>/dev/null || echo 0)
+      report_death "$d" "${pids[$d]}" $((SECONDS - started)) "$tier" "${logged[$d]}"
+      logged[$d]=$(log_size "$d")
       case $d in
       mgr.*) start_mgr; pids[$d]=$(wait_pid "$d") ;;
       mds.*) start_mds; pids[$d]=$(wait_pid "$d") ;;
       *)
-        log "guard: ending the tier (${*:0:160}): its tests need $d"
+        log "guard: ending the tier (${tier:0:160}): its tests need $d"
         kill -TERM -- "-$child" 2>/dev/null || true
         for ((i = 0; i < 100; i++)); do alive "$child" || break; sleep 0.1; done
         kill -KILL -- "-$child" 2>/dev/null || true
@@ -459,6 +459,9 @@ cmd_guard() {
   wait "$child" || rc=$?
   return "$rc"
 }
+
+# log_size <daemon>: how much of the daemon's log was written so far
+log_size() { stat -c %s "$CEPH_DIR/log/$1.log" 2>/dev/null || echo 0; }
 
 # wait_pid <daemon>: the pid of a daemon just started (its pid file appears once it daemonized)
 wait_pid() {
