@@ -81,7 +81,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	if os.Getenv(ownNamespaceEnv) == "1" && os.Getenv(writerEnv) == "" {
-		if out, err := exec.Command("/bin/sh", "-c", dropOthers, "sh", "/nonexistent").CombinedOutput(); err != nil {
+		if out, err := exec.Command("/bin/sh", "-c", cephtest.DropOtherMounts, "sh", "/nonexistent").CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "dropping other tests' mounts: %v: %s\n", err, out)
 			os.Exit(1)
 		}
@@ -224,7 +224,7 @@ func (r *rig) start(name string, env []string, bin string, args ...string) *cont
 	}
 	// through sh: first let go of other tests' mounts, then exec the binary (PID 1 still)
 	argv := append([]string{"--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "unchanged", "--",
-		"/bin/sh", "-c", dropOthers + `; exec "$@"`, "sh", r.dir, bin}, args...)
+		"/bin/sh", "-c", cephtest.DropOtherMounts + `; exec "$@"`, "sh", r.dir, bin}, args...)
 	cmd := exec.Command("unshare", argv...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -237,21 +237,6 @@ func (r *rig) start(name string, env []string, bin string, args ...string) *cont
 	r.t.Cleanup(c.kill)
 	return c
 }
-
-// dropOthers is a shell script that lazily unmounts, in the mount namespace it runs in, every
-// mount under the temporary directory except those under its first argument, then shifts
-// that argument off. A namespace made
-// by copying the host's mounts holds copies of every mount there, other tests' volumes too
-// (the host's / is private on many machines, so their unmounts do not reach the copies): the
-// copies would keep those tests' loop devices open, and their unstage failing, while it lives.
-// Each is made private (with everything below it) in this namespace first: a copy that is a
-// peer of the host's mount (a container started with propagation unchanged) would otherwise
-// pass the unmount on to the host, unmounting the other test's volume there. Container
-// runtimes drop the host's mounts the same way (pivot_root).
-var dropOthers = `keep="$1"; shift; tmp="` + os.TempDir() + `/"
-awk '{print $5}' /proc/self/mountinfo | while read -r m; do
-	case "$m" in "$keep"|"$keep"/*) ;; "$tmp"*) mount --make-rprivate "$m" 2>/dev/null && umount -l "$m" 2>/dev/null ;; esac
-done; true`
 
 // kill is kill -9 of the container's whole process group: its first process dies, and the
 // kernel kills everything else in its PID namespace.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/monoceph/monoceph/internal/cephtest"
 )
 
 const (
@@ -49,7 +51,7 @@ func TestHelperWriter(t *testing.T) {
 		return
 	}
 	// and other tests' mounts, which this copy would pin while it lives
-	if out, err := exec.Command("/bin/sh", "-c", dropOthers, "sh", mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("/bin/sh", "-c", cephtest.DropOtherMounts, "sh", mnt).CombinedOutput(); err != nil {
 		say("fatal dropping other mounts: %v: %s", err, out)
 		return
 	}

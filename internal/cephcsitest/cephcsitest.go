@@ -203,7 +203,10 @@ func NewNSFor(t testing.TB, config string) *NS {
 	if err := os.MkdirAll("/tmp/csi", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := fmt.Sprintf(`set -e
+	// First let go of the copies of other tests' mounts the namespace starts with: it lives
+	// as long as the test, and they would keep those tests' loop devices open.
+	script := cephtest.DropOtherMounts + fmt.Sprintf(`
+set -e
 mount -t overlay overlay -o lowerdir=/etc,upperdir=%[1]s/etc-up,workdir=%[1]s/etc-work /etc
 mkdir -p /etc/ceph-csi-config /etc/ceph
 cat > /etc/ceph-csi-config/config.json <<'EOF'
@@ -218,7 +221,7 @@ mkdir /tmp/csi/keys
 echo ready
 exec sleep 1000000
 `, dir, config, conf)
-	holder := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script)
+	holder := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", dir)
 	holder.Stderr = os.Stderr
 	out, err := holder.StdoutPipe()
 	if err != nil {
