@@ -177,6 +177,13 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 	case TypeRBD:
 		opts := rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
 			Timeout: op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool}
+		if d.cfg.ReadNodeLabels {
+			labels, err := nodeLabels(d.cfg.SnapshotMetadata.Kubeconfig, d.cfg.NodeID, op)
+			if err != nil {
+				return nil, err
+			}
+			opts.NodeLabels = labels
+		}
 		if d.holderClient != nil {
 			opts.FuseAttacher = d.holderClient.RBD(attach.NewFuse(hostexec.New(op), nil))
 		}

@@ -49,6 +49,9 @@ type Options struct {
 	// checking or growing the filesystem of a large volume takes far longer than any Ceph
 	// operation, and killing it half way helps nobody.
 	FilesystemTimeout time.Duration
+	// NodeLabels reads this node's labels (its Node object's), which give its CRUSH location
+	// where the cluster map asks for read affinity. Nil: no read affinity.
+	NodeLabels func(context.Context) (map[string]string, error)
 }
 
 // Defaults of Options.Timeout and Options.FilesystemTimeout.
