@@ -162,14 +162,14 @@ var cephCSIRBDParams = controller.CephCSIKeys{
 	"encryptionKMSID":  controller.Ignored,
 	"thickProvision":   controller.NotTrue("thick provisioning"),
 	// node options: log placement of rbd-nbd, which monoceph decides itself
-	"cephLogDir":               controller.Ignored,
-	"cephLogStrategy":          controller.Ignored,
-	"mapOptions":               controller.Empty("custom krbd/rbd-nbd map options"),
-	"unmapOptions":             controller.Empty("custom krbd/rbd-nbd unmap options"),
-	"mkfsOptions":              controller.Empty("custom mkfs options"),
-	"stripeUnit":               controller.Refused("striping"),
-	"stripeCount":              controller.Refused("striping"),
-	"objectSize":               controller.Refused("custom object sizes"),
+	"cephLogDir":      controller.Ignored,
+	"cephLogStrategy": controller.Ignored,
+	"mapOptions":      controller.Empty("custom krbd/rbd-nbd map options"),
+	"unmapOptions":    controller.Empty("custom krbd/rbd-nbd unmap options"),
+	"mkfsOptions":     controller.Empty("custom mkfs options"),
+	"stripeUnit":      controller.Refused("striping"),
+	"stripeCount":     controller.Refused("striping"),
+	"objectSize":      controller.Refused("custom object sizes"),
 	// QoS of newer ceph-csi releases: limits scaled by the volume's size, which monoceph
 	// lacks; its own QoS limits (same librbd overrides) are VolumeAttributesClass parameters
 	"baseIops": refusedQoS, "maxIops": refusedQoS,

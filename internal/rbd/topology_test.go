@@ -11,7 +11,9 @@ import (
 
 const testPrefix = "topology.rbd.monoceph.io/"
 
-func zone(z string) *csi.Topology { return &csi.Topology{Segments: map[string]string{testPrefix + "zone": z}} }
+func zone(z string) *csi.Topology {
+	return &csi.Topology{Segments: map[string]string{testPrefix + "zone": z}}
+}
 
 func TestCandidatePools(t *testing.T) {
 	pools, err := parseTopologyPools(`[{"poolName":"p1","domainSegments":[{"domainLabel":"zone","value":"z1"}]},
