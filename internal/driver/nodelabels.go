@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,4 +52,34 @@ func nodeLabels(kubeconfig, nodeName string, timeout time.Duration) (func(contex
 		}
 		return maps.Clone(cached), nil
 	}, nil
+}
+
+// nodeTopology is the node's topology for domainLabels: each label's value under the key
+// prefix + the label's name after its last "/" (topology.kubernetes.io/zone=z1 is
+// topology.<driver>/zone=z1, as ceph-csi's). Read once, at start-up: a node's topology
+// must not change under its volumes. A missing label is an error, so a node that cannot say
+// where it is does not serve (ceph-csi fails the same way).
+func nodeTopology(labels func(context.Context) (map[string]string, error), prefix string, domainLabels []string, timeout time.Duration) (map[string]string, error) {
+	if len(domainLabels) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	l, err := labels(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("--domain-labels: %w", err)
+	}
+	return topologyOf(l, prefix, domainLabels)
+}
+
+func topologyOf(labels map[string]string, prefix string, domainLabels []string) (map[string]string, error) {
+	t := map[string]string{}
+	for _, d := range domainLabels {
+		v, ok := labels[d]
+		if !ok || v == "" {
+			return nil, fmt.Errorf("--domain-labels: the node has no label %q", d)
+		}
+		t[prefix+d[strings.LastIndex(d, "/")+1:]] = v
+	}
+	return t, nil
 }

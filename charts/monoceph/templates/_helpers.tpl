@@ -192,7 +192,7 @@ spec:
   seLinuxMount: false
 {{- end -}}
 
-{{/* Whether the RBD node plugins read their Node's labels (read affinity). */}}
+{{/* Whether the RBD node plugins read their Node's labels (read affinity, topology). */}}
 {{- define "monoceph.readNodeLabels" -}}
-{{- if or .Values.node.readNodeLabels .Values.cluster.readAffinity.enabled }}true{{ end -}}
+{{- if or .Values.node.readNodeLabels .Values.cluster.readAffinity.enabled .Values.rbd.domainLabels }}true{{ end -}}
 {{- end -}}
