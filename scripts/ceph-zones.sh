@@ -45,7 +45,7 @@ two_up() { c osd stat -f json | grep -q '"num_up_osds":2'; }
 pgs_clean() { c pg stat | grep -Eq '^[0-9]+ pgs: [0-9]+ active\+clean;'; }
 
 cmd_start() {
-  "$HERE/ceph-local.sh" stop --purge --kill >/dev/null 2>&1 || true
+  cmd_stop >/dev/null 2>&1 || true # a throwaway: whatever ran here before goes, osd.1 included
   "$HERE/ceph-local.sh" start --fresh >/dev/null
   # OSDs keep the locations given here, not host=<hostname> at every start
   c config set osd osd_crush_update_on_start false
