@@ -41,7 +41,7 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
 .PHONY: all build test sanity test-core test-features unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e \
-	faults image image-base image-save test-releases test-matrix bench-matrix
+	faults image image-base image-save test-releases test-matrix bench-matrix test-zones
 
 all: build
 
@@ -131,6 +131,16 @@ FAULTS_TIMEOUT ?= 20m
 faults: build
 	@export MONOCEPH_FAULTS=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph && \
 	  go test -count=1 -v -timeout $(FAULTS_TIMEOUT) ./e2e/faults/ 2>&1 | grep -vE '^([IEW][0-9]{4} |20[0-9]{2}-[0-9]{2}-[0-9]{2}T)' ; test $${PIPESTATUS[0]} -eq 0
+
+# The two-zone cluster's tests (read affinity, topology-constrained pools): scripts/ceph-zones.sh
+# starts a throwaway cluster of its own (its ports: CEPH_MON_V2_PORT/CEPH_MON_V1_PORT,
+# CEPH_BIND_PORT_MIN/MAX, default 3800/7289 and 8600-9100, beside the default cluster), the
+# TestZones tests run on it, and it is stopped and purged whatever they answer.
+ZONES_TIMEOUT ?= 5m
+test-zones:
+	@scripts/ceph-zones.sh start >/dev/null && eval "$$(scripts/ceph-zones.sh env)" && $(TEST_ENV) && \
+	  go test -count=1 -v -timeout $(ZONES_TIMEOUT) -run '^TestZones' ./internal/rbd/attach/ ./internal/rbd/; \
+	  rc=$$?; scripts/ceph-zones.sh stop >/dev/null; exit $$rc
 
 # Unit tests only: integration tests skip themselves without a cluster.
 unit:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -21,9 +22,10 @@ type Cluster struct {
 	// RBD holds the defaults for RBD volumes on this cluster.
 	RBD RBDDefaults `json:"rbd,omitempty"`
 
-	// NFS and ReadAffinity are ceph-csi's keys, accepted so that its config.json works as it
-	// is, as long as they ask for nothing monoceph lacks (see Validate).
-	NFS          NFSOptions   `json:"nfs,omitempty"`
+	// NFS is ceph-csi's key, accepted so that its config.json works as it is, as long as it
+	// asks for nothing monoceph lacks (see Validate).
+	NFS NFSOptions `json:"nfs,omitempty"`
+	// ReadAffinity makes RBD volumes read from the OSDs nearest to the node (ceph-csi's key).
 	ReadAffinity ReadAffinity `json:"readAffinity,omitempty"`
 }
 
@@ -32,12 +34,42 @@ type NFSOptions struct {
 	NetNamespaceFilePath string `json:"netNamespaceFilePath,omitempty"`
 }
 
-// ReadAffinity is ceph-csi's krbd read affinity (reads from the nearest OSD by CRUSH location),
-// which monoceph does not offer.
+// ReadAffinity is ceph-csi's read affinity: reads from the OSD nearest to the node, by the
+// CRUSH location its labels give (see CrushLocation). monoceph's RBD FUSE server gives that
+// location to librbd (rbd_read_from_replica_policy=localize) where the cluster allows it.
 type ReadAffinity struct {
-	Enabled             bool     `json:"enabled,omitempty"`
+	Enabled bool `json:"enabled,omitempty"`
+	// CrushLocationLabels are the node labels that name the node's CRUSH buckets: a label's
+	// name after its last "/" is the bucket type, its value the bucket
+	// (topology.kubernetes.io/zone=z1 is zone z1).
 	CrushLocationLabels []string `json:"crushLocationLabels,omitempty"`
 }
+
+// CrushLocation is the CRUSH location a node with labels has, in librados' crush_location
+// form ("host=n1 zone=z1", sorted by bucket type so that equal locations are equal strings),
+// or "" when read affinity is off or none of the labels is on the node. Values that CRUSH
+// could not take as a bucket name (anything but [A-Za-z0-9._-]) are left out.
+func (r ReadAffinity) CrushLocation(labels map[string]string) string {
+	if !r.Enabled {
+		return ""
+	}
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range r.CrushLocationLabels {
+		v, ok := labels[l]
+		typ := l[strings.LastIndex(l, "/")+1:]
+		if !ok || typ == "" || seen[typ] || !crushNamePattern.MatchString(typ) || !crushNamePattern.MatchString(v) {
+			continue
+		}
+		seen[typ] = true
+		parts = append(parts, typ+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+// crushNamePattern: CRUSH bucket types and names (CrushWrapper::is_valid_crush_name)
+var crushNamePattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // CephFSDefaults are per-cluster defaults for CephFS volumes.
 type CephFSDefaults struct {
@@ -152,8 +184,8 @@ func (c Cluster) Validate() error {
 			return fmt.Errorf("cluster %q: %s %q: running Ceph clients in another network namespace is not supported by monoceph", c.ClusterID, key, v)
 		}
 	}
-	if c.ReadAffinity.Enabled {
-		return fmt.Errorf("cluster %q: readAffinity.enabled: read affinity is not supported by monoceph", c.ClusterID)
+	if c.ReadAffinity.Enabled && len(c.ReadAffinity.CrushLocationLabels) == 0 {
+		return fmt.Errorf("cluster %q: readAffinity.enabled: crushLocationLabels must name the node labels of the CRUSH location", c.ClusterID)
 	}
 	return nil
 }

@@ -38,7 +38,8 @@ func TestParseClusterMap(t *testing.T) {
 		{"ceph-csi net namespace", `[{"clusterID":"a","monitors":["m"],"rbd":{"netNamespaceFilePath":"/var/lib/kubelet/plugins/rbd.csi.ceph.com/net"}}]`, "rbd.netNamespaceFilePath"},
 		{"ceph-csi cephfs net namespace", `[{"clusterID":"a","monitors":["m"],"cephFS":{"netNamespaceFilePath":"/x"}}]`, "another network namespace is not supported"},
 		{"ceph-csi nfs net namespace", `[{"clusterID":"a","monitors":["m"],"nfs":{"netNamespaceFilePath":"/x"}}]`, "nfs.netNamespaceFilePath"},
-		{"ceph-csi read affinity", `[{"clusterID":"a","monitors":["m"],"readAffinity":{"enabled":true}}]`, "read affinity is not supported"},
+		{"read affinity without labels", `[{"clusterID":"a","monitors":["m"],"readAffinity":{"enabled":true}}]`, "crushLocationLabels must name"},
+		{"read affinity", `[{"clusterID":"a","monitors":["m"],"readAffinity":{"enabled":true,"crushLocationLabels":["topology.kubernetes.io/zone"]}}]`, ""},
 		{"mount options with spaces", `[{"clusterID":"a","monitors":["m"],"cephFS":{"kernelMountOptions":"a b"}}]`, "without spaces"},
 	}
 	for _, tt := range tests {
@@ -148,4 +149,27 @@ func FuzzParseClusterMap(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestCrushLocation(t *testing.T) {
+	labels := map[string]string{"topology.kubernetes.io/zone": "z1", "topology.kubernetes.io/region": "r1",
+		"kubernetes.io/hostname": "n1", "topology.io/rack": "bad value", "plain": "p1"}
+	for _, tc := range []struct {
+		name string
+		r    ReadAffinity
+		want string
+	}{
+		{"off", ReadAffinity{CrushLocationLabels: []string{"topology.kubernetes.io/zone"}}, ""},
+		{"zone", ReadAffinity{Enabled: true, CrushLocationLabels: []string{"topology.kubernetes.io/zone"}}, "zone=z1"},
+		{"sorted", ReadAffinity{Enabled: true, CrushLocationLabels: []string{"topology.kubernetes.io/zone", "topology.kubernetes.io/region", "kubernetes.io/hostname"}}, "hostname=n1 region=r1 zone=z1"},
+		{"label without prefix", ReadAffinity{Enabled: true, CrushLocationLabels: []string{"plain"}}, "plain=p1"},
+		{"missing label", ReadAffinity{Enabled: true, CrushLocationLabels: []string{"topology.kubernetes.io/rack"}}, ""},
+		{"value CRUSH cannot take", ReadAffinity{Enabled: true, CrushLocationLabels: []string{"topology.io/rack", "topology.kubernetes.io/zone"}}, "zone=z1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.r.CrushLocation(labels); got != tc.want {
+				t.Errorf("CrushLocation = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -49,6 +50,15 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.StringVar(&cfg.StateDir, "state-dir", "/run/monoceph", "node-private state: FUSE mount points, staging records, CephFS recovery keys (keep it on a tmpfs)")
 	fs.IntVar(&cfg.RBDMaxCloneDepth, "rbd-max-clone-depth", 8, "flatten a new RBD clone whose parent chain is longer than this")
 	fs.DurationVar(&cfg.CephFSCloneWait, "cephfs-clone-wait", cephfs.DefaultCloneWait, "how long CephFS CreateVolume waits for a clone before answering ABORTED so the CO retries")
+	fs.BoolVar(&cfg.ReadNodeLabels, "read-node-labels", false, "node plugin: read this node's labels from its Node object (named --nodeid; RBAC: get nodes) for the cluster map's readAffinity.crushLocationLabels")
+	fs.Func("domain-labels", "RBD: comma-separated node labels that make the node's topology (ceph-csi's --domainlabels), for StorageClasses with topologyConstrainedPools; set it on the controller and node plugins alike (the node reads its Node object, named --nodeid; RBAC: get nodes)", func(v string) error {
+		for _, l := range strings.Split(v, ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				cfg.DomainLabels = append(cfg.DomainLabels, l)
+			}
+		}
+		return nil
+	})
 	fs.StringVar(&cfg.CephCSIInstanceID, "cephcsi-instance-id", "default", "the --instanceid of the ceph-csi deployment whose volumes this driver took over (the suffix of ceph-csi's journal objects)")
 	fs.StringVar(&cfg.CSIAddonsEndpoint, "csi-addons-endpoint", "", "csi-addons endpoint (network fencing), unix:///path/to/csi-addons.sock; controller and all modes (empty: off)")
 	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")

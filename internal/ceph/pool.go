@@ -160,9 +160,9 @@ const (
 	data flavor = "data"
 )
 
-func poolKey(monHost string, cred Credentials, f flavor) string {
+func poolKey(monHost string, cred Credentials, f flavor, crushLocation string) string {
 	h := sha256.New()
-	for _, s := range []string{monHost, cred.ID, cred.Key(), string(f)} {
+	for _, s := range []string{monHost, cred.ID, cred.Key(), string(f), crushLocation} {
 		h.Write([]byte(s))
 		h.Write([]byte{0})
 	}
@@ -173,21 +173,29 @@ func poolKey(monHost string, cred Credentials, f flavor) string {
 // callers for the same key share one connection attempt. ctx bounds the wait, and the
 // connection attempt itself is bounded by Timeouts.Connect.
 func (p *Pool) Get(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
-	return p.get(ctx, monHost, cred, general)
+	return p.get(ctx, monHost, cred, general, "")
 }
 
 // GetForMgr is Get for a connection that may carry manager commands (see mgrCommands).
 func (p *Pool) GetForMgr(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
-	return p.get(ctx, monHost, cred, mgrCommands)
+	return p.get(ctx, monHost, cred, mgrCommands, "")
 }
 
 // GetForData is Get for a connection that carries a volume's I/O (see data).
 func (p *Pool) GetForData(ctx context.Context, monHost string, cred Credentials) (*Conn, error) {
-	return p.get(ctx, monHost, cred, data)
+	return p.get(ctx, monHost, cred, data, "")
 }
 
-func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flavor) (*Conn, error) {
-	key := poolKey(monHost, cred, f)
+// GetForDataAt is GetForData for a client at a CRUSH location (librados' crush_location form,
+// "zone=z1 host=n1"): librbd on it reads from the replica nearest to that location
+// (rbd_read_from_replica_policy=localize) instead of the primary. The caller checks that the
+// cluster allows replica reads (ReplicaReadsAllowed). "" is GetForData.
+func (p *Pool) GetForDataAt(ctx context.Context, monHost string, cred Credentials, crushLocation string) (*Conn, error) {
+	return p.get(ctx, monHost, cred, data, crushLocation)
+}
+
+func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flavor, crushLocation string) (*Conn, error) {
+	key := poolKey(monHost, cred, f, crushLocation)
 	p.mu.Lock()
 	if p.entries == nil {
 		p.mu.Unlock()
@@ -201,7 +209,7 @@ func (p *Pool) get(ctx context.Context, monHost string, cred Credentials, f flav
 		}
 		p.entries[key] = e
 		p.dials++
-		go p.connect(e, monHost, cred)
+		go p.connect(e, monHost, cred, crushLocation)
 	}
 	e.refs++ // a waiter holds a reference, so the reaper never closes what it is about to get
 	p.mu.Unlock()
@@ -223,9 +231,9 @@ func seconds(d time.Duration) string {
 	return strconv.Itoa(int(math.Ceil(d.Seconds())))
 }
 
-func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
+func (p *Pool) connect(e *entry, monHost string, cred Credentials, crushLocation string) {
 	op := "connect to " + monHost + " as client." + cred.ID
-	conn, err := dial(monHost, cred, p.opts.Timeouts, e.flavor)
+	conn, err := dial(monHost, cred, p.opts.Timeouts, e.flavor, crushLocation)
 	if err != nil {
 		if errors.Is(Wrap(op, err), ErrPermission) {
 			// cephx refused the user or key: the caller's secret is wrong, not its rights
@@ -248,7 +256,7 @@ func (p *Pool) connect(e *entry, monHost string, cred Credentials) {
 	close(e.ready)
 }
 
-func dial(monHost string, cred Credentials, t Timeouts, f flavor) (*rados.Conn, error) {
+func dial(monHost string, cred Credentials, t Timeouts, f flavor, crushLocation string) (*rados.Conn, error) {
 	if cred.aes256k && !ReadsAES256KKeys() {
 		// librados would fail with "keyring not found" (ENOENT) after printing to stderr
 		return nil, NewError("read the key", ErrAuth, "it is an aes256k key (Ceph 20.2.4 and 19.2.6 create these by default), "+
@@ -277,6 +285,10 @@ func dial(monHost string, cred Credentials, t Timeouts, f flavor) (*rados.Conn, 
 		opts[len(opts)-1][1] = "0" // rados_mon_op_timeout
 	case data:
 		opts[len(opts)-2][1] = "0" // rados_osd_op_timeout
+	}
+	if crushLocation != "" {
+		// read before Connect: the objecter takes the client's location from its context
+		opts = append(opts, [2]string{"crush_location", crushLocation}, [2]string{"rbd_read_from_replica_policy", "localize"})
 	}
 	for _, o := range opts {
 		if err := conn.SetConfigOption(o[0], o[1]); err != nil {

@@ -67,6 +67,13 @@ type Config struct {
 	// CephFSCloneWait is how long CreateVolume waits for a CephFS clone before answering
 	// ABORTED (0: cephfs.DefaultCloneWait).
 	CephFSCloneWait time.Duration
+	// ReadNodeLabels makes the node plugin read its Node object's labels (the Node named
+	// NodeID), which give its CRUSH location for the cluster map's readAffinity.
+	ReadNodeLabels bool
+	// DomainLabels are the node labels that make the node's topology (ceph-csi's
+	// --domainlabels), for topologyConstrainedPools: NodeGetInfo answers them, and the plugin
+	// advertises VOLUME_ACCESSIBILITY_CONSTRAINTS (RBD only).
+	DomainLabels []string
 	// CephCSIInstanceID is the --instanceid of a ceph-csi deployment whose volumes this
 	// process serves (the suffix of ceph-csi's journal objects); "" means ceph-csi's default.
 	CephCSIInstanceID string

@@ -121,7 +121,7 @@ func (d *Driver) register() error {
 	var caps []*csi.PluginCapability
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
 		o := rbd.Options{Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
-			CephCSIInstanceID: d.cfg.CephCSIInstanceID}
+			CephCSIInstanceID: d.cfg.CephCSIInstanceID, TopologyPrefix: rbd.TopologyPrefix(d.cfg.DriverName)}
 		if err := d.rbdPublishOptions(&o); err != nil {
 			return err
 		}
@@ -151,6 +151,11 @@ func (d *Driver) register() error {
 		}
 		csi.RegisterNodeServer(d.grpc.Server, ns)
 	}
+	if d.cfg.Type == TypeRBD && len(d.cfg.DomainLabels) > 0 {
+		// only then: the external-provisioner refuses claims without topology from a driver
+		// that advertises it
+		caps = append(caps, serviceCap(csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS))
+	}
 	csi.RegisterIdentityServer(d.grpc.Server, &identity{
 		name: d.cfg.DriverName, version: version.Get(), caps: caps, ready: &d.ready,
 	})
@@ -177,6 +182,16 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 	case TypeRBD:
 		opts := rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
 			Timeout: op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool}
+		if d.cfg.ReadNodeLabels || len(d.cfg.DomainLabels) > 0 {
+			labels, err := nodeLabels(d.cfg.SnapshotMetadata.Kubeconfig, d.cfg.NodeID, op)
+			if err != nil {
+				return nil, err
+			}
+			opts.NodeLabels = labels
+			if opts.Topology, err = nodeTopology(labels, rbd.TopologyPrefix(d.cfg.DriverName), d.cfg.DomainLabels, op); err != nil {
+				return nil, err
+			}
+		}
 		if d.holderClient != nil {
 			opts.FuseAttacher = d.holderClient.RBD(attach.NewFuse(hostexec.New(op), nil))
 		}

@@ -92,6 +92,8 @@ type rbdAttach struct {
 	WorkDir  string          `json:"workDir"`
 	Resume   *fusefile.State `json:"resume,omitempty"`
 	KeepOnly bool            `json:"keepOnly,omitempty"`
+	// CrushLocation: see attach.Request
+	CrushLocation string `json:"crushLocation,omitempty"`
 }
 
 // rbdDetach asks for an attachment to be undone; a descriptor passed along is its kept

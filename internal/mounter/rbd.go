@@ -25,7 +25,8 @@ func (a *rbdAttacher) Available() error { return attach.FuseAvailable() }
 // Attach asks the holder to attach, handing it the connection kept for the volume, if any (a
 // restarted holder resumes it), and keeps the connection the holder hands back.
 func (a *rbdAttacher) Attach(ctx context.Context, req attach.Request) (attach.Attachment, error) {
-	m := rbdAttach{Image: req.Image, MonHost: req.MonHost, Cred: wireCred(req.Cred), ReadOnly: req.ReadOnly, WorkDir: req.WorkDir, KeepOnly: req.KeepOnly}
+	m := rbdAttach{Image: req.Image, MonHost: req.MonHost, Cred: wireCred(req.Cred), ReadOnly: req.ReadOnly, WorkDir: req.WorkDir, KeepOnly: req.KeepOnly,
+		CrushLocation: req.CrushLocation}
 	conn := a.c.kept(req.WorkDir)
 	if conn == nil {
 		conn = req.Resume

@@ -319,7 +319,8 @@ func (s *Server) rbdAttach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err != nil {
 		return nil, nil, err
 	}
-	req := attach.Request{Image: m.Image, MonHost: m.MonHost, Cred: cred, ReadOnly: m.ReadOnly, WorkDir: m.WorkDir, KeepOnly: m.KeepOnly}
+	req := attach.Request{Image: m.Image, MonHost: m.MonHost, Cred: cred, ReadOnly: m.ReadOnly, WorkDir: m.WorkDir, KeepOnly: m.KeepOnly,
+		CrushLocation: m.CrushLocation}
 	if file != nil && m.Resume != nil {
 		req.Resume = &attach.Connection{File: file, State: *m.Resume}
 	}

@@ -34,6 +34,9 @@ type Options struct {
 	// CephCSIInstanceID is the --instanceid of the ceph-csi deployment whose volumes this
 	// controller took over: the suffix of its journal's directory objects.
 	CephCSIInstanceID string
+	// TopologyPrefix is the prefix of the driver's topology keys (TopologyPrefix), which
+	// topologyConstrainedPools' domain labels follow.
+	TopologyPrefix string
 }
 
 // Controller is the CSI Controller service for RBD.

@@ -51,6 +51,9 @@ type volumeParams struct {
 	Features         []string
 	Mounter          string
 	TryOtherMounters bool
+	// TopologyPools (topologyConstrainedPools) place the volume by its accessibility
+	// requirements (see placeByTopology)
+	TopologyPools []topologyPool
 }
 
 func parseVolumeParams(p map[string]string) (volumeParams, error) {
@@ -84,6 +87,12 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 				return v, controller.InvalidParam(k, "%q: want true or false", val)
 			}
 			v.TryOtherMounters = b
+		case paramTopologyPools:
+			pools, err := parseTopologyPools(val)
+			if err != nil {
+				return v, err
+			}
+			v.TopologyPools = pools
 		case paramFsType:
 			if val != "" && !supportedFsTypes[val] {
 				return v, controller.InvalidParam(k, "%q: want ext4 or xfs", val)
@@ -93,14 +102,14 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 	if err := controller.CephCSIParams(p, cephCSIRBDParams); err != nil {
 		return v, err
 	}
-	known := []string{paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter, paramTryOtherMounters}
+	known := []string{paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter, paramTryOtherMounters, paramTopologyPools}
 	if err := controller.UnknownParams(p, append(known, cephCSIRBDParams.Keys()...)...); err != nil {
 		return v, err
 	}
 	if v.ClusterID == "" {
 		return v, controller.InvalidParam(paramClusterID, "is missing")
 	}
-	if v.Pool == "" {
+	if v.Pool == "" && len(v.TopologyPools) == 0 {
 		return v, controller.InvalidParam(paramPool, "is missing")
 	}
 	if v.nsSet && !volid.ValidNamespace(v.Namespace) {
@@ -153,15 +162,14 @@ var cephCSIRBDParams = controller.CephCSIKeys{
 	"encryptionKMSID":  controller.Ignored,
 	"thickProvision":   controller.NotTrue("thick provisioning"),
 	// node options: log placement of rbd-nbd, which monoceph decides itself
-	"cephLogDir":               controller.Ignored,
-	"cephLogStrategy":          controller.Ignored,
-	"mapOptions":               controller.Empty("custom krbd/rbd-nbd map options"),
-	"unmapOptions":             controller.Empty("custom krbd/rbd-nbd unmap options"),
-	"mkfsOptions":              controller.Empty("custom mkfs options"),
-	"stripeUnit":               controller.Refused("striping"),
-	"stripeCount":              controller.Refused("striping"),
-	"objectSize":               controller.Refused("custom object sizes"),
-	"topologyConstrainedPools": controller.Refused("topology-constrained pools"),
+	"cephLogDir":      controller.Ignored,
+	"cephLogStrategy": controller.Ignored,
+	"mapOptions":      controller.Empty("custom krbd/rbd-nbd map options"),
+	"unmapOptions":    controller.Empty("custom krbd/rbd-nbd unmap options"),
+	"mkfsOptions":     controller.Empty("custom mkfs options"),
+	"stripeUnit":      controller.Refused("striping"),
+	"stripeCount":     controller.Refused("striping"),
+	"objectSize":      controller.Refused("custom object sizes"),
 	// QoS of newer ceph-csi releases: limits scaled by the volume's size, which monoceph
 	// lacks; its own QoS limits (same librbd overrides) are VolumeAttributesClass parameters
 	"baseIops": refusedQoS, "maxIops": refusedQoS,

@@ -98,7 +98,7 @@ func TestParseVolumeParams(t *testing.T) {
 		{"map options", with("mapOptions", "krbd:lock_on_read"), "mapOptions", nil},
 		{"mkfs options", with("mkfsOptions", "-m0"), "mkfsOptions", nil},
 		{"striping", with("stripeUnit", "65536", "stripeCount", "4"), "stripeCount", nil},
-		{"topology", with("topologyConstrainedPools", "[]"), "topologyConstrainedPools", nil},
+		{"topology without pools", with("topologyConstrainedPools", "[]"), "topologyConstrainedPools", nil},
 		{"QoS", with("maxIops", "100"), "maxIops", nil},
 		{"bad tryOtherMounters", with("tryOtherMounters", "maybe"), "tryOtherMounters", nil},
 	}

@@ -119,6 +119,12 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer conn.Release()
 	c.RememberClassUser(req.GetParameters(), req.GetSecrets()) // for GetCapacity
+	var topology []*csi.Topology
+	if len(params.TopologyPools) > 0 {
+		if topology, err = c.placeByTopology(ctx, conn, &params, name, req.GetAccessibilityRequirements()); err != nil {
+			return nil, err
+		}
+	}
 	poolID, err := checkPlacement(ctx, conn, params)
 	if err != nil {
 		return nil, err
@@ -187,7 +193,8 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		CapacityBytes: size,
 		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
 			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters}.Map(),
-		ContentSource: req.GetVolumeContentSource(),
+		ContentSource:      req.GetVolumeContentSource(),
+		AccessibleTopology: topology,
 	}}, nil
 }
 

@@ -53,6 +53,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- with .Values.cluster.cephFS.kernelMountOptions }}{{ $_ := set $fs "kernelMountOptions" . }}{{ end -}}
 {{- with .Values.cluster.cephFS.fuseMountOptions }}{{ $_ := set $fs "fuseMountOptions" . }}{{ end -}}
 {{- if $fs }}{{ $_ := set $first "cephFS" $fs }}{{ end -}}
+{{- if .Values.cluster.readAffinity.enabled }}{{ $_ := set $first "readAffinity" (dict "enabled" true "crushLocationLabels" .Values.cluster.readAffinity.crushLocationLabels) }}{{ end -}}
 {{- prepend .Values.extraClusters $first | toPrettyJson -}}
 {{- end -}}
 
@@ -189,4 +190,9 @@ spec:
   volumeLifecycleModes:
     - Persistent
   seLinuxMount: false
+{{- end -}}
+
+{{/* Whether the RBD node plugins read their Node's labels (read affinity, topology). */}}
+{{- define "monoceph.readNodeLabels" -}}
+{{- if or .Values.node.readNodeLabels .Values.cluster.readAffinity.enabled .Values.rbd.domainLabels }}true{{ end -}}
 {{- end -}}

@@ -64,6 +64,10 @@ type Request struct {
 	// KeepOnly attaches nothing new: it confirms (or resumes through Resume) an attachment
 	// that lives on, and fails with ErrConnectionLost where that is gone (fuse only).
 	KeepOnly bool `json:"-"`
+	// CrushLocation is the node's CRUSH location (librados' form, "zone=z1 host=n1") when the
+	// cluster map asks for read affinity: the FUSE server then reads from the nearest replica
+	// where the cluster allows it (fuse only; see Fuse.open).
+	CrushLocation string `json:"crushLocation,omitempty"`
 }
 
 // Attachment is what Detach, Refresh and Check need; callers persist it (it is JSON friendly).

@@ -48,12 +48,14 @@ type Fuse struct {
 	mu       sync.Mutex
 	sessions map[string]*session  // by FUSE directory
 	busy     map[string]chan bool // per FUSE directory: one operation at a time
+	// replicaReads holds the clusters (by monitors) known to allow replica reads
+	replicaReads map[string]bool
 }
 
 // NewFuse returns the FUSE + loop attacher; pool opens its Ceph connections.
 func NewFuse(x hostexec.Executor, pool *ceph.Pool) *Fuse {
 	return &Fuse{x: x, sys: SysRoot, pool: pool, ConnectTimeout: 30 * time.Second,
-		sessions: map[string]*session{}, busy: map[string]chan bool{}}
+		sessions: map[string]*session{}, busy: map[string]chan bool{}, replicaReads: map[string]bool{}}
 }
 
 // Name implements Attacher.

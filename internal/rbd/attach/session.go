@@ -177,7 +177,7 @@ type openImage struct {
 func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
 	defer cancel()
-	conn, err := f.pool.GetForData(ctx, req.MonHost, req.Cred)
+	conn, err := f.pool.GetForDataAt(ctx, req.MonHost, req.Cred, f.crushLocation(ctx, req))
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +216,43 @@ func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
 		return nil, err
 	}
 	return <-opened, nil
+}
+
+// crushLocation is the CRUSH location the image's connection is given: req's, where the
+// cluster's require_osd_release allows replica reads (Octopus and newer; older OSDs could
+// answer a replica read with stale data), else none. A failed check costs only the affinity:
+// the image still opens, reading from primaries.
+func (f *Fuse) crushLocation(ctx context.Context, req Request) string {
+	if req.CrushLocation == "" {
+		return ""
+	}
+	log := klog.FromContext(ctx)
+	f.mu.Lock()
+	ok := f.replicaReads[req.MonHost]
+	f.mu.Unlock()
+	if ok {
+		return req.CrushLocation
+	}
+	conn, err := f.pool.Get(ctx, req.MonHost, req.Cred)
+	if err != nil {
+		log.Error(err, "Read affinity off for this image: checking the cluster's release failed", "image", req.Image.Spec())
+		return ""
+	}
+	defer conn.Release()
+	allowed, release, err := ceph.ReplicaReadsAllowed(ctx, conn)
+	if err != nil {
+		log.Error(err, "Read affinity off for this image: checking the cluster's release failed", "image", req.Image.Spec())
+		return ""
+	}
+	if !allowed {
+		log.Info("Read affinity off: the cluster's require_osd_release is older than octopus", "release", release, "image", req.Image.Spec())
+		return ""
+	}
+	f.mu.Lock()
+	f.replicaReads[req.MonHost] = true // a cluster's require_osd_release never goes back
+	f.mu.Unlock()
+	log.V(2).Info("Reading from the nearest replica", "image", req.Image.Spec(), "crushLocation", req.CrushLocation)
+	return req.CrushLocation
 }
 
 func (o *openImage) close(log klog.Logger) {

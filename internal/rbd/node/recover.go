@@ -88,7 +88,7 @@ func (s *Server) reattach(ctx context.Context, rec *record) error {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
 	a, err := s.attachers[volumecontext.MounterFuse].Attach(ctx, attach.Request{Image: rec.Attachment.Image, MonHost: cluster.MonHost(),
-		Cred: cred, ReadOnly: rec.ReadOnly, WorkDir: rec.Attachment.WorkDir, KeepOnly: true})
+		Cred: cred, ReadOnly: rec.ReadOnly, WorkDir: rec.Attachment.WorkDir, KeepOnly: true, CrushLocation: s.crushLocation(ctx, cluster)})
 	if err != nil {
 		return errorStatus("reattaching image "+rec.Attachment.Image.Spec(), err)
 	}

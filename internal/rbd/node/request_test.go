@@ -345,8 +345,14 @@ func TestBusyVolumeIsAborted(t *testing.T) {
 func TestInfoAndCapabilities(t *testing.T) {
 	s := newTestServer(t, localMap, nil)
 	info, err := s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
-	if err != nil || info.GetNodeId() != "node-1" || info.GetMaxVolumesPerNode() != 0 {
+	if err != nil || info.GetNodeId() != "node-1" || info.GetMaxVolumesPerNode() != 0 || info.GetAccessibleTopology() != nil {
 		t.Fatalf("NodeGetInfo = %v, %v", info, err)
+	}
+	// with --domain-labels, the node's topology
+	s.opts.Topology = map[string]string{"topology.rbd.monoceph.io/zone": "z1"}
+	info, err = s.NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	if err != nil || info.GetAccessibleTopology().GetSegments()["topology.rbd.monoceph.io/zone"] != "z1" {
+		t.Fatalf("NodeGetInfo with a topology = %v, %v", info, err)
 	}
 	caps, err := s.NodeGetCapabilities(context.Background(), &csi.NodeGetCapabilitiesRequest{})
 	if err != nil {

@@ -49,6 +49,12 @@ type Options struct {
 	// checking or growing the filesystem of a large volume takes far longer than any Ceph
 	// operation, and killing it half way helps nobody.
 	FilesystemTimeout time.Duration
+	// NodeLabels reads this node's labels (its Node object's), which give its CRUSH location
+	// where the cluster map asks for read affinity. Nil: no read affinity.
+	NodeLabels func(context.Context) (map[string]string, error)
+	// Topology is the node's topology segments (--domain-labels), answered by NodeGetInfo;
+	// nil: none.
+	Topology map[string]string
 }
 
 // Defaults of Options.Timeout and Options.FilesystemTimeout.
@@ -164,9 +170,14 @@ func (s *Server) pickAttacher(r *stageRequest, rec *record) (attach.Attacher, er
 
 // NodeGetInfo implements csi.NodeServer.
 func (s *Server) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
-	// no volume limit: loop and rbd devices are plentiful, and no topology: every node reaches
-	// every cluster of the map
-	return &csi.NodeGetInfoResponse{NodeId: s.opts.NodeID, MaxVolumesPerNode: 0}, nil
+	// no volume limit: loop and rbd devices are plentiful; a topology only where
+	// --domain-labels asks for one (topologyConstrainedPools): every node reaches every
+	// cluster of the map
+	resp := &csi.NodeGetInfoResponse{NodeId: s.opts.NodeID, MaxVolumesPerNode: 0}
+	if len(s.opts.Topology) > 0 {
+		resp.AccessibleTopology = &csi.Topology{Segments: s.opts.Topology}
+	}
+	return resp, nil
 }
 
 // NodeGetCapabilities implements csi.NodeServer.

@@ -98,7 +98,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		}
 	}
 
-	err = s.stage(ctx, r, rec, attacher, cluster.MonHost())
+	err = s.stage(ctx, r, rec, attacher, cluster.MonHost(), s.crushLocation(ctx, cluster))
 	if err != nil {
 		if fresh {
 			// the CO treats a final error as "nothing staged" and will not call unstage: take
@@ -113,7 +113,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	return &csi.NodeStageVolumeResponse{}, nil
 }
 
-func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attacher attach.Attacher, monHost string) error {
+func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attacher attach.Attacher, monHost, crushLocation string) error {
 	if err := s.writeIndex(rec); err != nil {
 		return status.Errorf(codes.Internal, "writing the volume index: %v", err)
 	}
@@ -123,6 +123,8 @@ func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attache
 		Cred:     r.cred,
 		ReadOnly: rec.ReadOnly,
 		WorkDir:  rec.Attachment.WorkDir,
+		// read affinity: only the fuse mounter reads through librbd in this driver's hands
+		CrushLocation: crushLocation,
 	})
 	if err != nil {
 		return errorStatus("attaching image "+rec.Attachment.Image.Spec(), err)
