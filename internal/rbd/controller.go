@@ -34,6 +34,9 @@ type Options struct {
 	// CephCSIInstanceID is the --instanceid of the ceph-csi deployment whose volumes this
 	// controller took over: the suffix of its journal's directory objects.
 	CephCSIInstanceID string
+	// ClusterName is stored on every image this controller creates (owner.ClusterName), so
+	// objects of several Kubernetes clusters sharing a Ceph cluster can be told apart.
+	ClusterName string
 }
 
 // Controller is the CSI Controller service for RBD.
