@@ -94,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "changed-blocks" {
 		return changedBlocks(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "inventory" {
+		return inventoryCmd(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "replace-immutable" {
 		return replaceImmutable(args[1:], stdout, stderr)
 	}
