@@ -52,6 +52,8 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 	deleteOrphans := fs.Bool("delete-orphans", false, "delete orphaned volumes and snapshots older than --grace")
 	dryRun := fs.Bool("dry-run", true, "with --delete-orphans: only list what would be deleted")
 	grace := fs.Duration("grace", 24*time.Hour, "with --delete-orphans: minimum age (from the image's creation time)")
+	backfill := fs.Bool("backfill-owners", false, "write the ownership keys (PV, PVC, namespace, --cluster-name) of bound volumes and snapshots onto those missing them; keys already there stay (a dry run unless --dry-run=false)")
+	clusterName := fs.String("cluster-name", "", "with --backfill-owners: the cluster name to store (the driver's --cluster-name)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -69,7 +71,7 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	if err := runInventory(ctx, inventoryArgs{kubeconfig: *kubeconfig, clusterConfig: *clusterConfig, drivers: split(*drivers),
 		pools: split(*pools), secret: *secret, user: *user, keyFile: *keyFile, output: *output,
-		deleteOrphans: *deleteOrphans, dryRun: *dryRun, grace: *grace}, stdout, stderr); err != nil {
+		deleteOrphans: *deleteOrphans, dryRun: *dryRun, grace: *grace, backfill: *backfill, clusterName: *clusterName}, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "monoceph inventory: %v\n", err)
 		return 1
 	}
@@ -77,10 +79,10 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 type inventoryArgs struct {
-	kubeconfig, clusterConfig, secret, user, keyFile, output string
-	drivers, pools                                           []string
-	deleteOrphans, dryRun                                    bool
-	grace                                                    time.Duration
+	kubeconfig, clusterConfig, secret, user, keyFile, output, clusterName string
+	drivers, pools                                                        []string
+	deleteOrphans, dryRun, backfill                                       bool
+	grace                                                                 time.Duration
 }
 
 func split(s string) []string {
@@ -130,9 +132,8 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 	}
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	defer pool.Close()
-	objs, covers, err := inventory.Scan(ctx, places, func(ctx context.Context, c v1.Cluster) (*ceph.Conn, error) {
-		return pool.Get(ctx, c.MonHost(), cred)
-	})
+	connect := func(ctx context.Context, c v1.Cluster) (*ceph.Conn, error) { return pool.Get(ctx, c.MonHost(), cred) }
+	objs, covers, err := inventory.Scan(ctx, places, connect)
 	if err != nil {
 		return err
 	}
@@ -141,6 +142,24 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 		return err
 	}
 	entries := inventory.Join(objs, pvs, covers)
+	verb := "wrote ownership keys onto"
+	if a.dryRun {
+		verb = "would write ownership keys onto (dry run; --dry-run=false to act)"
+	}
+	if a.backfill {
+		clusters := map[string]v1.Cluster{}
+		for _, c := range store.Map() {
+			clusters[c.ClusterID] = c
+		}
+		done, err := inventory.Backfill(ctx, entries, clusters, connect, a.clusterName, a.dryRun)
+		fmt.Fprintf(stderr, "monoceph inventory: %s %d object(s)\n", verb, len(done))
+		if werr := inventory.Write(stdout, a.output, done); werr != nil && err == nil {
+			err = werr
+		}
+		if err != nil || !a.deleteOrphans {
+			return err
+		}
+	}
 	if !a.deleteOrphans {
 		return inventory.Write(stdout, a.output, entries)
 	}
@@ -153,7 +172,7 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 		_, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: e.Handle, Secrets: secrets})
 		return err
 	})
-	verb := "deleted"
+	verb = "deleted"
 	if a.dryRun {
 		verb = "would delete (dry run; --dry-run=false to act)"
 	}

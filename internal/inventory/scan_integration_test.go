@@ -189,3 +189,47 @@ func mustUID(t *testing.T, id string) string {
 	}
 	return v.UID
 }
+
+// TestBackfillOwners: a volume made before ownership keys existed gains its PV's names, and a
+// key ceph-csi (or an earlier create) wrote keeps its value; a second pass writes nothing.
+func TestBackfillOwners(t *testing.T) {
+	s := newSite(t)
+	ctx := context.Background()
+	id := s.create(t, "pv-old", "pv-old")
+	image := rbdname.Image(mustUID(t, id))
+	img, err := rbd.OpenImage(s.io, image, rbd.NoSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{owner.PVName, owner.PVCNamespace, owner.ClusterName} {
+		if err := img.RemoveMetadata(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := img.SetMetadata(owner.PVCName, "named-by-ceph-csi"); err != nil {
+		t.Fatal(err)
+	}
+	img.Close()
+	pvs := []PV{{Name: "pv-old", Handle: id, Phase: "Bound", ClaimRef: "apps/data"}}
+	connect := func(ctx context.Context, c v1.Cluster) (*ceph.Conn, error) { return s.pool.Get(ctx, c.MonHost(), s.cl.Admin) }
+	clusters := map[string]v1.Cluster{s.cl.ID: s.place.Cluster}
+	objs, covers := s.scan(t)
+	done, err := Backfill(ctx, Join(objs, pvs, covers), clusters, connect, "kube-b", false)
+	if err != nil || len(done) != 1 {
+		t.Fatalf("backfilled %v, %v", done, err)
+	}
+	img, err = rbd.OpenImageReadOnly(s.io, image, rbd.NoSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	for k, want := range map[string]string{owner.PVName: "pv-old", owner.PVCNamespace: "apps", owner.PVCName: "named-by-ceph-csi", owner.ClusterName: "kube-b"} {
+		if got, err := img.GetMetadata(k); err != nil || got != want {
+			t.Errorf("%s = %q (%v), want %q", k, got, err, want)
+		}
+	}
+	objs, covers = s.scan(t)
+	if done, err := Backfill(ctx, Join(objs, pvs, covers), clusters, connect, "kube-b", true); err != nil || len(done) != 0 {
+		t.Fatalf("second pass would write %v, %v", done, err)
+	}
+}
