@@ -211,7 +211,9 @@ func TestBackfillOwners(t *testing.T) {
 	}
 	img.Close()
 	pvs := []PV{{Name: "pv-old", Handle: id, Phase: "Bound", ClaimRef: "apps/data"}}
-	connect := func(ctx context.Context, c v1.Cluster) (*ceph.Conn, error) { return s.pool.Get(ctx, c.MonHost(), s.cl.Admin) }
+	connect := func(ctx context.Context, c v1.Cluster) (*ceph.Conn, error) {
+		return s.pool.Get(ctx, c.MonHost(), s.cl.Admin)
+	}
 	clusters := map[string]v1.Cluster{s.cl.ID: s.place.Cluster}
 	objs, covers := s.scan(t)
 	done, err := Backfill(ctx, Join(objs, pvs, covers), clusters, connect, "kube-b", false)
