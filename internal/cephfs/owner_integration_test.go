@@ -20,8 +20,8 @@ func TestOwnershipKeys(t *testing.T) {
 	e.ctrl.opts.ClusterName = "kube-a"
 	ctx := context.Background()
 	req := e.createReq("owned", 1<<20, rwx, nil, owner.PVName, "pvc-0001", owner.PVCName, "data", owner.PVCNamespace, "apps")
-	vol := e.create(t, req)
-	vol = e.create(t, req) // a retry: same keys, nothing written twice
+	e.create(t, req)
+	vol := e.create(t, req) // a retry: same keys, nothing written twice
 	sid, err := parseVolumeID(vol.GetVolumeId())
 	if err != nil {
 		t.Fatal(err)
