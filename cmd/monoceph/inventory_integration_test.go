@@ -103,9 +103,9 @@ func TestInventoryOnKubernetes(t *testing.T) {
 	}
 	for name, handle := range map[string]string{"pv-bound": bound, "pv-dangling": dangling} {
 		pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
-			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("4Mi")},
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			ClaimRef:    &corev1.ObjectReference{Namespace: "apps", Name: "c-" + name},
+			Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("4Mi")},
+			AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			ClaimRef:               &corev1.ObjectReference{Namespace: "apps", Name: "c-" + name},
 			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: driverName, VolumeHandle: handle}}}}
 		if _, err := kc.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
