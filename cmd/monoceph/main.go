@@ -60,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 		return nil
 	})
 	fs.StringVar(&cfg.CephCSIInstanceID, "cephcsi-instance-id", "default", "the --instanceid of the ceph-csi deployment whose volumes this driver took over (the suffix of ceph-csi's journal objects)")
+	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "name of this Kubernetes cluster, stored on every image and subvolume created (csi.ceph.com/cluster/name, as ceph-csi's --clustername; empty: none)")
 	fs.StringVar(&cfg.CSIAddonsEndpoint, "csi-addons-endpoint", "", "csi-addons endpoint (network fencing), unix:///path/to/csi-addons.sock; controller and all modes (empty: off)")
 	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
 	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", fence.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")
@@ -102,6 +103,9 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "changed-blocks" {
 		return changedBlocks(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "inventory" {
+		return inventoryCmd(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "replace-immutable" {
 		return replaceImmutable(args[1:], stdout, stderr)

@@ -33,6 +33,9 @@ type Options struct {
 	// CephCSIInstanceID is the --instanceid of the ceph-csi deployment whose volumes this
 	// controller took over: the suffix of its journal's directory objects.
 	CephCSIInstanceID string
+	// ClusterName is stored on every subvolume this controller creates (owner.ClusterName), so
+	// objects of several Kubernetes clusters sharing a Ceph cluster can be told apart.
+	ClusterName string
 }
 
 // Controller is the CSI Controller service for CephFS.
@@ -47,7 +50,9 @@ type Controller struct {
 
 	// group snapshots: the manager's quiesce command and which clusters have it
 	mgr     mgrAPI
-	quiesce quiesceSupport
+	quiesce commandSupport
+	// and which have `fs subvolume metadata` (ownership keys)
+	metadata commandSupport
 }
 
 // NewController builds the service.

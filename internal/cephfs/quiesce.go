@@ -46,8 +46,9 @@ func (cephMgr) Command(ctx context.Context, mgr *ceph.Conn, cmd map[string]any) 
 	return ceph.MgrCommand(ctx, mgr, cmd)
 }
 
-// quiesceSupport remembers per cluster whether its manager has `fs quiesce`.
-type quiesceSupport struct {
+// commandSupport remembers per cluster whether its manager has a command (`fs quiesce`,
+// `fs subvolume metadata`).
+type commandSupport struct {
 	mu    sync.Mutex
 	known map[string]supportProbe
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/owner"
 	"github.com/monoceph/monoceph/internal/reftracker"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -107,6 +108,9 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	faultpoint.Hit("cephfs.CreateSnapshot.cut")
+	if err := c.setOwner(ctx, cl.ClusterID, s, group, sub, snap, owner.FromParams(req.GetParameters(), owner.SnapshotKeys, c.opts.ClusterName), true); err != nil {
+		return nil, err
+	}
 	info, err := s.admin.SubVolumeSnapshotInfo(s.fs.Name, group, sub, snap)
 	if err != nil {
 		return nil, ceph.Wrap("snapshot info", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/owner"
 	"github.com/monoceph/monoceph/internal/volcap"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -222,6 +223,10 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 			}
 			c.giveBack(ctx, s, rec, err)
 		}
+		return nil, err
+	}
+	// every time too, before the volume is answered: a subvolume the CO was given names its PV
+	if err := c.setOwner(ctx, r.params.ClusterID, s, group, name, "", owner.FromParams(req.GetParameters(), owner.VolumeKeys, c.opts.ClusterName), true); err != nil {
 		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Volume ready", "name", req.GetName(), "subvolume", fs.Name+"/"+group+"/"+name, "size", r.size, "resumed", !created)

@@ -77,6 +77,9 @@ type Config struct {
 	// CephCSIInstanceID is the --instanceid of a ceph-csi deployment whose volumes this
 	// process serves (the suffix of ceph-csi's journal objects); "" means ceph-csi's default.
 	CephCSIInstanceID string
+	// ClusterName names the Kubernetes cluster on every image and subvolume created
+	// (csi.ceph.com/cluster/name, as ceph-csi's --clustername); "" stores none.
+	ClusterName string
 
 	// CSIAddonsEndpoint is the csi-addons socket (Identity, FenceController); "" serves none.
 	CSIAddonsEndpoint string

@@ -121,7 +121,8 @@ func (d *Driver) register() error {
 	var caps []*csi.PluginCapability
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
 		o := rbd.Options{Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
-			CephCSIInstanceID: d.cfg.CephCSIInstanceID, TopologyPrefix: rbd.TopologyPrefix(d.cfg.DriverName)}
+			CephCSIInstanceID: d.cfg.CephCSIInstanceID, TopologyPrefix: rbd.TopologyPrefix(d.cfg.DriverName),
+			ClusterName: d.cfg.ClusterName}
 		if err := d.rbdPublishOptions(&o); err != nil {
 			return err
 		}
@@ -138,7 +139,7 @@ func (d *Driver) register() error {
 	if d.cfg.Type == TypeCephFS && d.cfg.RunsController() {
 		ctrl := cephfs.NewController(cephfs.Options{
 			Clusters: d.clusters, Pool: d.pool, Locks: d.locks, CloneWait: d.cfg.CephFSCloneWait,
-			CephCSIInstanceID: d.cfg.CephCSIInstanceID,
+			CephCSIInstanceID: d.cfg.CephCSIInstanceID, ClusterName: d.cfg.ClusterName,
 		})
 		csi.RegisterControllerServer(d.grpc.Server, ctrl)
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),

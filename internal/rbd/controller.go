@@ -37,6 +37,9 @@ type Options struct {
 	// TopologyPrefix is the prefix of the driver's topology keys (TopologyPrefix), which
 	// topologyConstrainedPools' domain labels follow.
 	TopologyPrefix string
+	// ClusterName is stored on every image this controller creates (owner.ClusterName), so
+	// objects of several Kubernetes clusters sharing a Ceph cluster can be told apart.
+	ClusterName string
 }
 
 // Controller is the CSI Controller service for RBD.

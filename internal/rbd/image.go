@@ -167,7 +167,7 @@ func dropInherited(img *rbd.Image) error {
 	if err := img.RemoveMetadata(metaDeleted); err != nil && !isNotFound(err) {
 		return err
 	}
-	return nil
+	return dropInheritedOwner(img)
 }
 
 // depth counts the ancestors of an image, following parents into other pools and the trash.

@@ -3,6 +3,7 @@ package rbd
 import (
 	"context"
 	"errors"
+	"maps"
 	"strconv"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/owner"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
@@ -69,12 +71,21 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 
-	rec, created, err := journal.Reserve(ctx, p, journal.Snapshot, name, map[string]string{attrSourceVolume: srcID})
+	own := owner.FromParams(req.GetParameters(), owner.SnapshotKeys, c.opts.ClusterName)
+	attrs := map[string]string{attrSourceVolume: srcID}
+	maps.Copy(attrs, own)
+	rec, created, err := journal.Reserve(ctx, p, journal.Snapshot, name, attrs)
 	if err != nil {
 		return nil, err
 	}
 	if !created && rec.Attrs[attrSourceVolume] != srcID {
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for source volume %q, not %q", name, rec.Attrs[attrSourceVolume], srcID)
+	}
+	if !created {
+		// a reservation of an older version, or of a request without the names
+		if err := setRecordOwner(ctx, p, journal.Snapshot, rec, own); err != nil {
+			return nil, err
+		}
 	}
 	faultpoint.Hit("rbd.CreateSnapshot.reserved")
 	id := volid.RBDSnapshot{RBDVolume: src, SnapUID: rec.UID}

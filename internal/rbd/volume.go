@@ -11,6 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/owner"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
@@ -170,6 +171,11 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err == nil && len(r.qos) > 0 {
 		// every time, not only for a new image: a crash after the create may have come first
 		err = setQoS(ctx, dst, rbdname.Image(rec.UID), r.qos)
+	}
+	if err == nil {
+		// every time too, and before the volume is answered: an image the CO was given
+		// always names its PV
+		err = setImageOwner(ctx, dst, rbdname.Image(rec.UID), owner.FromParams(req.GetParameters(), owner.VolumeKeys, c.opts.ClusterName), true)
 	}
 	if err != nil {
 		giveBack(ctx, dst, journal.Volume, rec, err, func(io *rados.IOContext) (bool, error) {
