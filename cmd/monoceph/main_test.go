@@ -205,3 +205,22 @@ func freeAddr(t *testing.T) string {
 	defer lis.Close()
 	return lis.Addr().String()
 }
+
+// TestReplaceImmutableNeedsRelease: the upgrade hook deletes objects by name, so it must be told
+// whose objects it may delete (issue 26, item 7).
+func TestReplaceImmutableNeedsRelease(t *testing.T) {
+	obj := `--object={"apiVersion":"storage.k8s.io/v1","kind":"CSIDriver","metadata":{"name":"rbd.monoceph.io"}}`
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{obj}, "--release"},
+		{[]string{obj, "--release=monoceph"}, "<namespace>/<name>"},
+		{[]string{obj, "--release=/monoceph"}, "<namespace>/<name>"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := replaceImmutable(c.args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("%q: exit %d, %q; want 2 and a message naming %s", c.args, code, errOut.String(), c.want)
+		}
+	}
+}

@@ -40,6 +40,7 @@ func replaceImmutable(args []string, stdout, stderr io.Writer) int {
 	klog.InitFlags(fs)
 	var want objects
 	fs.Var(&want, "object", "a CSIDriver or StorageClass the upgrade installs, as JSON (repeat for each)")
+	releaseFlag := fs.String("release", "", "<namespace>/<name> of the Helm release upgraded: only its objects are replaced")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG or the pod's service account)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "bound on the whole run")
 	if err := fs.Parse(args); err != nil {
@@ -50,6 +51,11 @@ func replaceImmutable(args []string, stdout, stderr io.Writer) int {
 	}
 	if len(want) == 0 || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "monoceph replace-immutable: give each object with --object and nothing else")
+		return 2
+	}
+	release, err := kubecsi.ParseRelease(*releaseFlag)
+	if err != nil {
+		fmt.Fprintf(stderr, "monoceph replace-immutable: --release: %v\n", err)
 		return 2
 	}
 	cfg, err := kubecsi.Config(*kubeconfig)
@@ -65,7 +71,7 @@ func replaceImmutable(args []string, stdout, stderr io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	for _, o := range want {
-		replaced, err := kubecsi.ReplaceIfImmutable(ctx, dc, o)
+		replaced, err := kubecsi.ReplaceIfImmutable(ctx, dc, o, release)
 		if err != nil {
 			fmt.Fprintf(stderr, "monoceph replace-immutable: %v\n", err)
 			return 1

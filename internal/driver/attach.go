@@ -164,7 +164,7 @@ func (d *Driver) newFencer() (*nodefence.Fencer, error) {
 	networks, _ := nodefence.ParseNodeNetworks(a.FenceNodeNetworks) // checked by Complete
 	var backend nodefence.Backend = &nodefence.RBD{Driver: d.cfg.DriverName, Connect: connect}
 	if d.cfg.Type == TypeCephFS {
-		backend = &nodefence.CephFS{Connect: connect, Clusters: func() []string {
+		backend = &nodefence.CephFS{Driver: d.cfg.DriverName, Kube: d.kube.client, Connect: connect, Clusters: func() []string {
 			var ids []string
 			for _, c := range d.clusters.Map() {
 				ids = append(ids, c.ClusterID)

@@ -156,8 +156,10 @@ var Replaceable = map[string]schema.GroupVersionResource{
 // invalid) is deleted, so the upgrade can create want; one that differs in mutable fields only
 // is left for the upgrade to update. It waits until the object is gone and reports whether it
 // deleted it. Neither kind is needed by volumes in use: a missing CSIDriver makes Kubernetes
-// assume attachment is required, a missing StorageClass only delays new claims.
-func ReplaceIfImmutable(ctx context.Context, dc dynamic.Interface, want *unstructured.Unstructured) (bool, error) {
+// assume attachment is required, a missing StorageClass only delays new claims. Only an object
+// of the release upgraded is deleted (CheckOwner): objects are found by name, and a StorageClass
+// or CSIDriver of that name may be another release's or an administrator's.
+func ReplaceIfImmutable(ctx context.Context, dc dynamic.Interface, want *unstructured.Unstructured, release Release) (bool, error) {
 	gvr, ok := Replaceable[want.GetKind()]
 	if !ok {
 		return false, fmt.Errorf("%s %s: not a kind this replaces", want.GetKind(), want.GetName())
@@ -188,6 +190,9 @@ func ReplaceIfImmutable(ctx context.Context, dc dynamic.Interface, want *unstruc
 	if !apierrors.IsInvalid(err) {
 		return false, fmt.Errorf("dry-run update of %s %s: %w", want.GetKind(), want.GetName(), err)
 	}
+	if err := CheckOwner(cur, release); err != nil {
+		return false, err
+	}
 	uid := cur.GetUID()
 	err = api.Delete(ctx, want.GetName(), metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -204,6 +209,41 @@ func ReplaceIfImmutable(ctx context.Context, dc dynamic.Interface, want *unstruc
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// Release names a Helm release.
+type Release struct{ Namespace, Name string }
+
+func (r Release) String() string { return r.Namespace + "/" + r.Name }
+
+// ParseRelease reads <namespace>/<name>.
+func ParseRelease(s string) (Release, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return Release{}, fmt.Errorf("release %q: want <namespace>/<name>", s)
+	}
+	return Release{Namespace: ns, Name: name}, nil
+}
+
+// The annotations Helm 3 puts on every object of a release.
+const (
+	helmReleaseName      = "meta.helm.sh/release-name"
+	helmReleaseNamespace = "meta.helm.sh/release-namespace"
+)
+
+// CheckOwner refuses an object whose Helm annotations do not name release: another release's,
+// or one no release installed. The error names the owner found.
+func CheckOwner(o *unstructured.Unstructured, release Release) error {
+	a := o.GetAnnotations()
+	name, ns := a[helmReleaseName], a[helmReleaseNamespace]
+	if name == release.Name && ns == release.Namespace && name != "" && ns != "" {
+		return nil
+	}
+	owner := "no Helm release (no " + helmReleaseName + " and " + helmReleaseNamespace + " annotations)"
+	if name != "" || ns != "" {
+		owner = "Helm release " + ns + "/" + name
+	}
+	return fmt.Errorf("%s %s belongs to %s, not to release %s: not replacing it", o.GetKind(), o.GetName(), owner, release)
 }
 
 // objectMeta are the top-level fields that are not the object's content.

@@ -2,6 +2,7 @@ package kubecsi
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,13 +20,20 @@ import (
 
 func csiDriver(name string, attach bool, policy storagev1.FSGroupPolicy) *storagev1.CSIDriver {
 	return &storagev1.CSIDriver{TypeMeta: metav1.TypeMeta{Kind: "CSIDriver", APIVersion: "storage.k8s.io/v1"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: owned(testRelease)},
 		Spec:       storagev1.CSIDriverSpec{AttachRequired: &attach, FSGroupPolicy: &policy}}
 }
 
 func storageClass(name string, params map[string]string, expand bool) *storagev1.StorageClass {
 	return &storagev1.StorageClass{TypeMeta: metav1.TypeMeta{Kind: "StorageClass", APIVersion: "storage.k8s.io/v1"},
-		ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "d.test", Parameters: params, AllowVolumeExpansion: &expand}
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: owned(testRelease)}, Provisioner: "d.test", Parameters: params, AllowVolumeExpansion: &expand}
+}
+
+var testRelease = Release{Namespace: "ns", Name: "monoceph"}
+
+// owned are the annotations Helm puts on an object of release r.
+func owned(r Release) map[string]string {
+	return map[string]string{"meta.helm.sh/release-name": r.Name, "meta.helm.sh/release-namespace": r.Namespace}
 }
 
 func toUnstructured(t *testing.T, o any) *unstructured.Unstructured {
@@ -58,7 +66,7 @@ func TestReplaceIfImmutable(t *testing.T) {
 			if _, err := kc.StorageV1().StorageClasses().Create(ctx, c.installed, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, c.want))
+			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, c.want), testRelease)
 			if err != nil || replaced != c.replaced {
 				t.Fatalf("replaced %v, %v; want %v", replaced, err, c.replaced)
 			}
@@ -84,7 +92,7 @@ func TestReplaceIfImmutable(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, c.want))
+			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, c.want), testRelease)
 			if err != nil || replaced != c.replaced {
 				t.Fatalf("replaced %v, %v; want %v", replaced, err, c.replaced)
 			}
@@ -94,6 +102,30 @@ func TestReplaceIfImmutable(t *testing.T) {
 			}
 			if c.remaining && *got.Spec.FSGroupPolicy != *c.installed.Spec.FSGroupPolicy {
 				t.Fatal("the dry run changed the object")
+			}
+		})
+	}
+	// another release's driver, or one of none, is an error naming its owner, and stays
+	for _, c := range []struct {
+		name, owner string
+		annotations map[string]string
+	}{
+		{"another release's", "Helm release other/monoceph", owned(Release{Namespace: "other", Name: "monoceph"})},
+		{"no release's", "no Helm release", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			installed := csiDriver("e.test", false, storagev1.FileFSGroupPolicy)
+			installed.Annotations = c.annotations
+			if _, err := kc.StorageV1().CSIDrivers().Create(ctx, installed, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = kc.StorageV1().CSIDrivers().Delete(ctx, "e.test", metav1.DeleteOptions{}) }()
+			replaced, err := ReplaceIfImmutable(ctx, dc, toUnstructured(t, csiDriver("e.test", true, storagev1.FileFSGroupPolicy)), testRelease)
+			if replaced || err == nil || !strings.Contains(err.Error(), c.owner) {
+				t.Fatalf("replaced %v, %v; want an error naming %s", replaced, err, c.owner)
+			}
+			if _, err := kc.StorageV1().CSIDrivers().Get(ctx, "e.test", metav1.GetOptions{}); err != nil {
+				t.Fatalf("the object of %s is gone: %v", c.owner, err)
 			}
 		})
 	}

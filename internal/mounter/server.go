@@ -315,6 +315,11 @@ func (s *Server) rbdAttach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err := checkFuseFD(file); err != nil {
 		return nil, nil, err
 	}
+	if file != nil && m.Resume != nil {
+		if err := checkFuseConnection(file, fuseDirIn(m.WorkDir)); err != nil {
+			return nil, nil, err
+		}
+	}
 	cred, err := m.Cred.ceph()
 	if err != nil {
 		return nil, nil, err
@@ -349,6 +354,11 @@ func (s *Server) rbdDetach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	// the FUSE directory is the work directory's own, whatever the request says: detaching
 	// unmounts and removes it
 	m.Attachment = m.Attachment.InWorkDir(m.Attachment.WorkDir)
+	if file != nil && m.Resume != nil {
+		if err := checkFuseConnection(file, fuseDirIn(m.Attachment.WorkDir)); err != nil {
+			return err
+		}
+	}
 	var conn *attach.Connection
 	if file != nil && m.Resume != nil {
 		conn = &attach.Connection{File: file, State: *m.Resume}
@@ -370,6 +380,9 @@ func (s *Server) cephfs(ctx context.Context, req request) (any, *os.File, error)
 			return nil, nil, err
 		}
 		if err := checkCephFSOptions(m.Options); err != nil {
+			return nil, nil, err
+		}
+		if err := checkCephFSTarget(m.FSName, m.Path, m.Target); err != nil {
 			return nil, nil, err
 		}
 		cred, err := m.Cred.ceph()
@@ -398,6 +411,12 @@ func (s *Server) cephfs(ctx context.Context, req request) (any, *os.File, error)
 		r, err := s.opts.CephFS.Running(ctx, w.WorkDir)
 		return running{Running: r}, nil, err
 	}
+}
+
+// fuseDirIn is the FUSE directory of an RBD attachment in workDir (attach.Attachment.InWorkDir
+// derives it; any non-empty FuseDir is replaced).
+func fuseDirIn(workDir string) string {
+	return attach.Attachment{FuseDir: "-"}.InWorkDir(workDir).FuseDir
 }
 
 // nodePattern: a node ID goes into ceph-fuse's --client_metadata, a comma-separated list of

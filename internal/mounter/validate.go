@@ -7,10 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/monoceph/monoceph/internal/ceph"
 	cephfsmount "github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/cephname"
+	"github.com/monoceph/monoceph/internal/hostmount"
 	"golang.org/x/sys/unix"
+	mountutils "k8s.io/mount-utils"
 )
 
 // The holder runs privileged, with the kubelet directory mounted bidirectionally, and answers
@@ -74,6 +79,99 @@ func checkCephFSOptions(opts []string) error {
 	}
 	if !slices.Equal(parsed, opts) {
 		return fmt.Errorf("%w: mount options %q are not in the form the node plugin sends", ceph.ErrInvalid, opts)
+	}
+	return nil
+}
+
+// checkCephFSTarget checks a CephFS mount request as the node plugin's volume context and
+// staging path checks do: the filesystem and the directory mounted are strict Ceph names
+// (they reach ceph-fuse's command line), and the target is a clean absolute path with no
+// symbolic link in it, so that the privileged holder mounts where the request says and not
+// wherever a link planted on the way leads.
+func checkCephFSTarget(fsName, dir, target string) error {
+	if err := cephname.Check(fsName); err != nil {
+		return fmt.Errorf("%w: filesystem name: %v", ceph.ErrInvalid, err)
+	}
+	if err := cephname.CheckPath(dir); err != nil {
+		return fmt.Errorf("%w: directory to mount: %v", ceph.ErrInvalid, err)
+	}
+	return checkNoSymlinks(target)
+}
+
+// checkNoSymlinks refuses a path that is not clean and absolute, or that has a symbolic link
+// in any component. The kernel resolves it (openat2 RESOLVE_NO_SYMLINKS with O_PATH: no file is
+// opened, and the last component is not stat'ed, which would hang on a dead FUSE mount). A
+// path that does not exist (yet) has no link to follow in what is missing.
+func checkNoSymlinks(p string) error {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return fmt.Errorf("%w: mount target %q is not a clean absolute path", ceph.ErrInvalid, p)
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
+	switch {
+	case err == nil:
+		_ = unix.Close(fd)
+		return nil
+	case errors.Is(err, unix.ENOENT):
+		return nil
+	case errors.Is(err, unix.ELOOP):
+		return fmt.Errorf("%w: mount target %q has a symbolic link in it", ceph.ErrInvalid, p)
+	default:
+		return fmt.Errorf("%w: mount target %q: %v", ceph.ErrInvalid, p, err)
+	}
+}
+
+// fuseConnection reads the FUSE connection an open /dev/fuse serves from its fdinfo
+// (fuse_connection:, Linux 6.13 and later: the device number of the mount in the kernel's
+// encoding, as /sys/fs/fuse/connections names it). ok is false where the kernel does not say
+// (older kernels, or a descriptor that serves no mount yet).
+func fuseConnection(fdinfo []byte) (dev uint64, ok bool, err error) {
+	for _, line := range strings.Split(string(fdinfo), "\n") {
+		if v, found := strings.CutPrefix(line, "fuse_connection:"); found {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 32)
+			if err != nil {
+				return 0, false, fmt.Errorf("fdinfo %q: %v", line, err)
+			}
+			return n, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// checkFuseConnection refuses a /dev/fuse descriptor that does not serve the mount at dir (the
+// FUSE directory of the attachment a request resumes or detaches): the holder would otherwise
+// serve, or abort, another mount's connection. The mount's device is read from the mount
+// table, never by stat'ing dir (that hangs on a dead FUSE mount). On a kernel whose fdinfo does
+// not name the connection (before 6.13), only checkFuseFD's /dev/fuse check is made: there is
+// no other way to tie a descriptor to a mount without asking the mount.
+func checkFuseConnection(f *os.File, dir string) error {
+	if f == nil {
+		return nil
+	}
+	fdinfo, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd()))
+	if err != nil {
+		return fmt.Errorf("%w: the descriptor passed: %v", ceph.ErrInvalid, err)
+	}
+	m, err := hostmount.MountAt(dir)
+	if err != nil {
+		return fmt.Errorf("reading the mount table: %w", err)
+	}
+	return connectionOf(fdinfo, m, dir)
+}
+
+// connectionOf checks that the descriptor whose fdinfo is given serves mount m (at dir; nil:
+// nothing is mounted there).
+func connectionOf(fdinfo []byte, m *mountutils.MountInfo, dir string) error {
+	dev, ok, err := fuseConnection(fdinfo)
+	if err != nil {
+		return fmt.Errorf("%w: the descriptor passed: %v", ceph.ErrInvalid, err)
+	}
+	if !ok {
+		return nil
+	}
+	// the kernel's own dev_t encoding (MAJOR: the bits above 20), not the C library's
+	major, minor := dev>>20, dev&(1<<20-1)
+	if m == nil || uint64(m.Major) != major || uint64(m.Minor) != minor {
+		return fmt.Errorf("%w: the descriptor passed serves FUSE connection %d:%d, not the mount at %s", ceph.ErrInvalid, major, minor, dir)
 	}
 	return nil
 }

@@ -6,25 +6,42 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path"
 	"slices"
+	"strings"
 
 	cephfsapi "github.com/ceph/go-ceph/cephfs"
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/fence"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 )
 
-// CephFS finds a node's clients in the MDS session lists of every filesystem of every cluster
-// of the map: the node plugin's ceph-fuse mounts announce the node ID in their session metadata
-// (mount.NodeMetadataKey), kernel clients their hostname (the node's name unless the kubelet's
-// --hostname-override says otherwise). A shared filesystem needs no attachments to find them,
-// and the MDS must be asked anyway: fencing ends with the node's sessions evicted, so that the
-// capabilities they held (open files, buffered writes) are released at once instead of after
-// the session timeout.
+// CephFS finds a node's clients in the MDS session lists of the filesystems the driver's
+// PersistentVolumes use: the node plugin's ceph-fuse mounts announce the node ID in their
+// session metadata (mount.NodeMetadataKey), kernel clients their hostname (the node's name
+// unless the kubelet's --hostname-override says otherwise). A shared filesystem needs no
+// attachments to find them, and the MDS must be asked anyway: fencing ends with the node's
+// sessions evicted, so that the capabilities they held (open files, buffered writes) are
+// released at once instead of after the session timeout.
+//
+// What a session announces is whatever its client sends, and a Ceph cluster may serve several
+// Kubernetes clusters with the same generic node names, so a session counts as the node's only
+// if monoceph could have made it: its authenticated Ceph user is the node-stage user of one of
+// the driver's PVs (the MDS filters `client ls` by the name cephx authenticated, not by the
+// entity the client announces), it is on that PV's filesystem, and its root is at or under
+// that PV's root path (a session that announces no root, an older kernel client's, counts
+// when user and filesystem match). The fencer then keeps only the tainted Node's addresses.
 type CephFS struct {
+	Driver string
+	// Kube lists the driver's PVs and reads the node-stage Secrets they name (their user IDs
+	// only; the keys are never kept).
+	Kube     kubernetes.Interface
 	Clusters func() []string
 	Connect  Connect
 }
@@ -40,20 +57,144 @@ type session struct {
 	addr netip.Addr
 	node string // metadata: node ID of a ceph-fuse mount of the driver
 	host string // metadata: hostname
+	root string // metadata: the directory mounted ("" when the client does not say)
+	fs   string // the filesystem whose MDS listed it ("" when the listing was unscoped)
+	user string // the authenticated user the listing was filtered by ("": unfiltered)
 }
 
-// Clients implements Backend; a cluster it cannot read is reported, the others are returned.
+// grant is what one PV lets a session be: the Ceph user its node-stage Secret names, mounting
+// at or under the PV's root path.
+type grant struct{ user, root string }
+
+// scope is what the driver's PVs let sessions be: cluster ID → filesystem name → grants.
+type scope map[string]map[string][]grant
+
+func (sc scope) add(clusterID, fs string, g grant) {
+	if sc[clusterID] == nil {
+		sc[clusterID] = map[string][]grant{}
+	}
+	if !slices.Contains(sc[clusterID][fs], g) {
+		sc[clusterID][fs] = append(sc[clusterID][fs], g)
+	}
+}
+
+// grantUsers are the distinct users of grants, in order.
+func grantUsers(grants []grant) []string {
+	var out []string
+	for _, g := range grants {
+		if !slices.Contains(out, g.user) {
+			out = append(out, g.user)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// attributed reports whether s is one of node's sessions that monoceph could have made on its
+// filesystem, whose grants are given.
+func (s session) attributed(node string, grants []grant) bool {
+	if s.node != node && (s.node != "" || s.host != node) {
+		return false
+	}
+	return slices.ContainsFunc(grants, func(g grant) bool {
+		return s.user != "" && g.user == s.user && (s.root == "" || under(s.root, g.root))
+	})
+}
+
+// under reports whether p is root or below it (both absolute; p is cleaned first, so that
+// "/volumes/g/v/../../x" is not taken for a path under /volumes/g).
+func under(p, root string) bool {
+	if !strings.HasPrefix(p, "/") || !strings.HasPrefix(root, "/") {
+		return false
+	}
+	p, root = path.Clean(p), path.Clean(root)
+	return root == "/" || p == root || strings.HasPrefix(p, root+"/")
+}
+
+// scope reads the grants of the driver's PVs on the clusters of the map. A PV whose
+// node-stage user cannot be read is reported, the others are returned.
+func (b *CephFS) scope(ctx context.Context) (scope, error) {
+	list, err := b.Kube.CoreV1().PersistentVolumes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing PersistentVolumes: %w", err)
+	}
+	clusters := b.Clusters()
+	sc := scope{}
+	type result struct {
+		user string
+		err  error
+	}
+	secrets := map[string]result{} // namespace/name → the node-stage user it holds
+	var errs []error
+	for _, pv := range list.Items {
+		csi := pv.Spec.CSI
+		if csi == nil || csi.Driver != b.Driver {
+			continue
+		}
+		v, err := volumecontext.Parse(csi.VolumeAttributes)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PersistentVolume %s: %w", pv.Name, err))
+			continue
+		}
+		if !slices.Contains(clusters, v.ClusterID) {
+			continue // a cluster this driver cannot reach, whose sessions it could not cut
+		}
+		ref := csi.NodeStageSecretRef
+		if ref == nil {
+			errs = append(errs, fmt.Errorf("PersistentVolume %s names no node-stage Secret: its Ceph user, and so its sessions, are unknown", pv.Name))
+			continue
+		}
+		key := ref.Namespace + "/" + ref.Name
+		r, ok := secrets[key]
+		if !ok {
+			r.user, r.err = b.nodeStageUser(ctx, ref.Namespace, ref.Name)
+			secrets[key] = r
+		}
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("PersistentVolume %s: %w", pv.Name, r.err))
+			continue
+		}
+		sc.add(v.ClusterID, v.FSName, grant{user: r.user, root: v.RootPath})
+	}
+	return sc, errors.Join(errs...)
+}
+
+// nodeStageUser is the Ceph user a node-stage Secret holds, read in the order the CephFS
+// node reads it (ceph.AdminFirst).
+func (b *CephFS) nodeStageUser(ctx context.Context, namespace, name string) (string, error) {
+	s, err := b.Kube.CoreV1().Secrets(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("reading node-stage Secret %s/%s: %w", namespace, name, err)
+	}
+	data := make(map[string]string, len(s.Data))
+	for k, v := range s.Data {
+		data[k] = string(v)
+	}
+	cred, err := ceph.CredentialsFromSecrets(data, ceph.AdminFirst...)
+	if err != nil {
+		return "", fmt.Errorf("node-stage Secret %s/%s: %w", namespace, name, err)
+	}
+	return cred.ID, nil
+}
+
+// Clients implements Backend; a cluster or PV it cannot read is reported, the others are
+// returned.
 func (b *CephFS) Clients(ctx context.Context, node string) (map[string][]netip.Addr, error) {
 	out := map[string][]netip.Addr{}
-	var errs []error
+	sc, err := b.scope(ctx)
+	errs := []error{err}
 	for _, id := range b.Clusters() {
-		sessions, err := b.sessions(ctx, id)
+		fss := sc[id]
+		if len(fss) == 0 {
+			continue
+		}
+		sessions, err := b.sessions(ctx, id, fss, true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
 			continue
 		}
 		for _, s := range sessions {
-			if (s.node == node || (s.node == "" && s.host == node)) && !slices.Contains(out[id], s.addr) {
+			if s.attributed(node, fss[s.fs]) && !slices.Contains(out[id], s.addr) {
 				out[id] = append(out[id], s.addr)
 			}
 		}
@@ -61,24 +202,30 @@ func (b *CephFS) Clients(ctx context.Context, node string) (map[string][]netip.A
 	return out, errors.Join(errs...)
 }
 
-// Cut implements Backend: it evicts every session at the fenced addresses (the MDS blocklists
-// each evicted instance too, mds_session_blocklist_on_evict).
+// Cut implements Backend: it evicts every session at the fenced addresses on the filesystems
+// the driver's PVs use there (the MDS blocklists each evicted instance too,
+// mds_session_blocklist_on_evict). Sessions of other users at those addresses are evicted too:
+// the OSD blocklist has cut them off already, and their capabilities are released at once.
 func (b *CephFS) Cut(ctx context.Context, clusterID, node string, addrs []netip.Addr) error {
+	sc, err := b.scope(ctx)
+	if err != nil && len(sc[clusterID]) == 0 {
+		return err
+	}
+	sessions, err := b.sessions(ctx, clusterID, sc[clusterID], false)
+	if err != nil {
+		return err
+	}
 	conn, err := b.Connect(ctx, clusterID)
 	if err != nil {
 		return err
 	}
 	defer conn.Release()
-	sessions, err := listSessions(ctx, conn)
-	if err != nil {
-		return err
-	}
 	for _, s := range sessions {
 		if !slices.Contains(addrs, s.addr) {
 			continue
 		}
-		cmd := fmt.Sprintf(`{"prefix":"client evict","filters":["id=%d"]}`, s.id)
-		if _, err := mdsCommand(ctx, conn, s.mds, cmd); err != nil {
+		cmd, _ := json.Marshal(map[string]any{"prefix": "client evict", "filters": []string{fmt.Sprintf("id=%d", s.id)}})
+		if _, err := mdsCommand(ctx, conn, s.mds, string(cmd)); err != nil {
 			return fmt.Errorf("evicting client.%d from mds.%s: %w", s.id, s.mds, err)
 		}
 		klog.FromContext(ctx).Info("Evicted MDS session of the fenced node", "clusterID", clusterID, "mds", s.mds, "client", s.id, "addr", s.addr)
@@ -86,17 +233,31 @@ func (b *CephFS) Cut(ctx context.Context, clusterID, node string, addrs []netip.
 	return nil
 }
 
-func (b *CephFS) sessions(ctx context.Context, clusterID string) ([]session, error) {
+// sessions lists the sessions of the filesystems of fss on a cluster; byUser asks each MDS
+// for the sessions of the grants' users only (`client ls auth_name=<user>`).
+func (b *CephFS) sessions(ctx context.Context, clusterID string, fss map[string][]grant, byUser bool) ([]session, error) {
+	if len(fss) == 0 {
+		return nil, nil
+	}
 	conn, err := b.Connect(ctx, clusterID)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Release()
-	return listSessions(ctx, conn)
+	filters := map[string][]string{}
+	for fs, grants := range fss {
+		filters[fs] = nil
+		if byUser {
+			filters[fs] = grantUsers(grants)
+		}
+	}
+	return listSessions(ctx, conn, filters)
 }
 
-// listSessions asks every active MDS of every filesystem for its sessions.
-func listSessions(ctx context.Context, conn *ceph.Conn) ([]session, error) {
+// listSessions asks every active MDS of the filesystems named in users for its sessions: the
+// sessions each user authenticated as, or all when a filesystem has no users listed. A nil
+// map lists every filesystem's sessions.
+func listSessions(ctx context.Context, conn *ceph.Conn, users map[string][]string) ([]session, error) {
 	out, err := ceph.MonCommand(ctx, conn, map[string]any{"prefix": "fs dump"})
 	if err != nil {
 		return nil, err
@@ -104,7 +265,8 @@ func listSessions(ctx context.Context, conn *ceph.Conn) ([]session, error) {
 	var dump struct {
 		Filesystems []struct {
 			MDSMap struct {
-				Info map[string]struct {
+				FSName string `json:"fs_name"`
+				Info   map[string]struct {
 					Name  string `json:"name"`
 					Rank  int    `json:"rank"`
 					State string `json:"state"`
@@ -117,19 +279,43 @@ func listSessions(ctx context.Context, conn *ceph.Conn) ([]session, error) {
 	}
 	var all []session
 	for _, fs := range dump.Filesystems {
+		names, scoped := users[fs.MDSMap.FSName]
+		if users != nil && !scoped {
+			continue
+		}
+		filters := [][]string{nil}
+		if len(names) > 0 {
+			filters = filters[:0]
+			for _, u := range names {
+				filters = append(filters, []string{"auth_name=" + u})
+			}
+		}
 		for _, mds := range fs.MDSMap.Info {
 			if mds.Rank < 0 || mds.State != "up:active" {
 				continue
 			}
-			raw, err := mdsCommand(ctx, conn, mds.Name, `{"prefix":"client ls"}`)
-			if err != nil {
-				return nil, fmt.Errorf("client ls on mds.%s: %w", mds.Name, err)
+			for _, f := range filters {
+				req := map[string]any{"prefix": "client ls"}
+				if f != nil {
+					req["filters"] = f
+				}
+				cmd, _ := json.Marshal(req)
+				raw, err := mdsCommand(ctx, conn, mds.Name, string(cmd))
+				if err != nil {
+					return nil, fmt.Errorf("client ls on mds.%s: %w", mds.Name, err)
+				}
+				ss, err := parseSessions(mds.Name, raw)
+				if err != nil {
+					return nil, err
+				}
+				for i := range ss {
+					ss[i].fs = fs.MDSMap.FSName
+					if f != nil {
+						ss[i].user = strings.TrimPrefix(f[0], "auth_name=")
+					}
+				}
+				all = append(all, ss...)
 			}
-			ss, err := parseSessions(mds.Name, raw)
-			if err != nil {
-				return nil, err
-			}
-			all = append(all, ss...)
 		}
 	}
 	return all, nil
@@ -159,7 +345,8 @@ func parseSessions(mds string, raw []byte) ([]session, error) {
 		}
 		node, _ := s.Metadata[mount.NodeMetadataKey].(string)
 		host, _ := s.Metadata["hostname"].(string)
-		out = append(out, session{mds: mds, id: s.ID, addr: a, node: node, host: host})
+		root, _ := s.Metadata["root"].(string)
+		out = append(out, session{mds: mds, id: s.ID, addr: a, node: node, host: host, root: root})
 	}
 	return out, nil
 }

@@ -32,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -342,8 +343,11 @@ func runChild(t *testing.T, kubeconfig, point string) {
 	}
 }
 
-// TestFenceOutOfServiceCephFS: a node's ceph-fuse session (found by the node ID it announces)
-// is fenced by address and evicted.
+// TestFenceOutOfServiceCephFS: a node's ceph-fuse session (found by the node ID it announces,
+// as the node-stage user of the driver's PV, under the PV's root) is fenced by address and
+// evicted. An intruder on another address of the node network, with a Ceph user of its own,
+// announcing the same node and mounting the same root, as a node of another Kubernetes
+// cluster with the same generic node names would, is neither fenced nor evicted (issue 26).
 func TestFenceOutOfServiceCephFS(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		t.Skip("in the child")
@@ -353,45 +357,190 @@ func TestFenceOutOfServiceCephFS(t *testing.T) {
 	}
 	r := newRig(t, "")
 	cl := r.cl
-	const addr = "127.0.0.2"
+	const addr, intruderAddr = "127.0.0.2", "127.0.0.3"
 	r.node("node-b", addr)
-	dir := t.TempDir()
-	mnt := exec.Command("ceph-fuse", "-c", os.Getenv("CEPH_CONF"), "--keyring", os.Getenv("CEPH_KEYRING"), "--id", cl.Admin.ID,
-		"--client_fs", cl.FSName, "--client_metadata=monoceph.node=node-b", "--admin_socket=", "--pid_file=", "--log_file=", dir)
-	mnt.Env = append(os.Environ(), cephtest.BindSrcEnv(t, addr)...)
-	if out, err := mnt.CombinedOutput(); err != nil {
-		t.Fatalf("ceph-fuse: %v: %s", err, out)
+	n := fmt.Sprint(time.Now().UnixNano() % 1e9)
+	nodeUser, nodeKey := cephUser(t, r.ctx, r.conn, "client.fence-node-"+n)
+	intruder, intruderKey := cephUser(t, r.ctx, r.conn, "client.fence-intruder-"+n)
+	root := subvolume(t, r.ctx, r.pool, cl, "fence"+n)
+	secret, pv := cephfsVolume(cl, "fence"+n, root, nodeUser, nodeKey)
+	if _, err := r.kc.CoreV1().Secrets(secret.Namespace).Create(r.ctx, secret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
-	backend := &CephFS{Connect: r.connect, Clusters: func() []string { return []string{cl.ID} }}
-	clients, err := backend.Clients(r.ctx, "node-b")
-	if err != nil || fmt.Sprint(clients[cl.ID]) != "["+addr+"]" {
-		t.Fatalf("clients of node-b: %v, %v; want %s", clients, err, addr)
+	if _, err := r.kc.CoreV1().PersistentVolumes().Create(r.ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
+	fuseMount(t, cl, addr, nodeUser, nodeKey, root, "node-b", nodeUser)
+	fuseMount(t, cl, intruderAddr, intruder, intruderKey, root, "node-b", nodeUser)
+
+	backend := &CephFS{Driver: testCephFSDriver, Kube: r.kc, Connect: r.connect, Clusters: func() []string { return []string{cl.ID} }}
 	d, release, err := r.fencers(r.ctx, cl.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
-	cidr := []netip.Prefix{netip.MustParsePrefix(addr + "/32")}
+	cidr := []netip.Prefix{netip.MustParsePrefix(addr + "/32"), netip.MustParsePrefix(intruderAddr + "/32")}
 	t.Cleanup(func() { _, _ = d.Unfence(context.Background(), cidr) })
-	run(t, r.fencer(backend))
+	f := r.fencer(backend)
+	// the node network holds the intruder's address too: only the attribution of its session
+	// keeps it from being fenced
+	f.opts.NodeNetworks = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/29")}
+	run(t, f)
 	r.setTaint("node-b", true)
 	r.waitFor("node-b fenced", func() bool { return r.blocklisted(addr) })
 	r.waitFor("node-b's session evicted", func() bool {
-		ss, err := r.sessions()
-		return err == nil && !strings.Contains(ss, "node-b")
+		ss, err := sessionList(r.ctx, r.conn)
+		return err == nil && !strings.Contains(ss, "addr:"+addr+" ")
 	})
+	if r.blocklisted(intruderAddr) {
+		t.Error("the intruder's address was fenced")
+	}
+	if ss, err := sessionList(r.ctx, r.conn); err != nil || !strings.Contains(ss, "addr:"+intruderAddr+" ") {
+		t.Errorf("the intruder's session is gone: %s, %v", ss, err)
+	}
 	r.setTaint("node-b", false)
 	r.waitFor("node-b unfenced", func() bool { return !r.blocklisted(addr) })
 }
 
-// sessions is the JSON of every active MDS's client list.
-func (r *rig) sessions() (string, error) {
-	ss, err := listSessions(r.ctx, r.conn)
-	if err != nil {
-		return "", err
+// TestCephFSAttribution: on the local cluster (PVs and Secrets from a fake API), the CephFS
+// backend attributes to a node only the sessions of the node-stage user of the driver's PVs
+// under a PV's root, whatever the sessions announce, and evicts only the sessions at the
+// addresses it is given (issue 26, item 3).
+func TestCephFSAttribution(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
 	}
-	b, _ := json.Marshal(fmt.Sprintf("%+v", ss))
-	return string(b), nil
+	cl := cephtest.Env(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	pool := ceph.NewPool(ceph.PoolOptions{})
+	t.Cleanup(pool.Close) // after the users and subvolume are removed with its connections
+	conn, err := pool.Get(ctx, cl.Monitors, cl.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	n := fmt.Sprint(time.Now().UnixNano() % 1e9)
+	nodeUser, nodeKey := cephUser(t, ctx, conn, "client.attr-node-"+n)
+	intruder, intruderKey := cephUser(t, ctx, conn, "client.attr-intruder-"+n)
+	root := subvolume(t, ctx, pool, cl, "attr"+n)
+	secret, pv := cephfsVolume(cl, "attr"+n, root, nodeUser, nodeKey)
+	const node, intruderAddr, outsideAddr = "127.0.0.2", "127.0.0.3", "127.0.0.4"
+	fuseMount(t, cl, node, nodeUser, nodeKey, root, "node-b", nodeUser)
+	// another user announcing the node and the node's user, mounting the PV's root
+	fuseMount(t, cl, intruderAddr, intruder, intruderKey, root, "node-b", nodeUser)
+	// the node's user (a key that leaked), mounting the filesystem's root, above every PV
+	fuseMount(t, cl, outsideAddr, nodeUser, nodeKey, "/", "node-b", nodeUser)
+
+	backend := &CephFS{Driver: testCephFSDriver, Kube: fake.NewClientset(secret, pv),
+		Connect:  func(ctx context.Context, _ string) (*ceph.Conn, error) { return pool.Get(ctx, cl.Monitors, cl.Admin) },
+		Clusters: func() []string { return []string{cl.ID} }}
+	clients, err := backend.Clients(ctx, "node-b")
+	if err != nil || fmt.Sprint(clients) != fmt.Sprintf("map[%s:[%s]]", cl.ID, node) {
+		t.Fatalf("clients of node-b: %v, %v; want only %s (not the intruder's %s, nor %s outside the PV)", clients, err, node, intruderAddr, outsideAddr)
+	}
+	if err := backend.Cut(ctx, cl.ID, "node-b", []netip.Addr{netip.MustParseAddr(node)}); err != nil {
+		t.Fatal(err)
+	}
+	ss, err := sessionList(ctx, conn)
+	if err != nil || strings.Contains(ss, "addr:"+node+" ") || !strings.Contains(ss, "addr:"+intruderAddr+" ") {
+		t.Fatalf("sessions after the cut: %s, %v; want %s's evicted, %s's kept", ss, err, node, intruderAddr)
+	}
+}
+
+const testCephFSDriver = "cephfs.fencetest.monoceph.io"
+
+// cephUser makes a Ceph user that can mount the test's filesystem (removed when the test
+// ends) and returns its ID and key.
+func cephUser(t *testing.T, ctx context.Context, conn *ceph.Conn, entity string) (id, key string) {
+	t.Helper()
+	out, err := ceph.MonCommand(ctx, conn, cephtest.ReadableKey(map[string]any{"prefix": "auth get-or-create", "entity": entity,
+		"caps": []string{"mon", "allow r", "mds", "allow rw", "osd", "allow rw"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := ceph.MonCommand(context.Background(), conn, map[string]any{"prefix": "auth del", "entity": entity}); err != nil {
+			t.Errorf("auth del: %v", err)
+		}
+	})
+	var users []struct {
+		Key string `json:"key"`
+	}
+	if err := json.Unmarshal(out, &users); err != nil || len(users) != 1 {
+		t.Fatalf("auth get-or-create: %s: %v", out, err)
+	}
+	return strings.TrimPrefix(entity, "client."), users[0].Key
+}
+
+// subvolume makes a subvolume (removed when the test ends) and returns its path.
+func subvolume(t *testing.T, ctx context.Context, pool *ceph.Pool, cl cephtest.Cluster, name string) string {
+	t.Helper()
+	conn, err := pool.GetForMgr(ctx, cl.Monitors, cl.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	if _, err := ceph.MgrCommand(ctx, conn, map[string]any{"prefix": "fs subvolume create", "vol_name": cl.FSName, "sub_name": name}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = ceph.MgrCommand(context.Background(), conn, map[string]any{"prefix": "fs subvolume rm", "vol_name": cl.FSName, "sub_name": name, "force": true})
+	})
+	out, err := ceph.MgrCommand(ctx, conn, map[string]any{"prefix": "fs subvolume getpath", "vol_name": cl.FSName, "sub_name": name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// cephfsVolume is the PV of a CephFS volume of testCephFSDriver at root, and the node-stage
+// Secret it names, holding the user nodes stage it as.
+func cephfsVolume(cl cephtest.Cluster, name, root, user, key string) (*corev1.Secret, *corev1.PersistentVolume) {
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-node", Namespace: "default"},
+		Data:       map[string][]byte{ceph.SecretUserID: []byte(user), ceph.SecretUserKey: []byte(key)},
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("8Mi")},
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: testCephFSDriver, VolumeHandle: name,
+				VolumeAttributes:   map[string]string{"clusterID": cl.ID, "fsName": cl.FSName, "rootPath": root},
+				NodeStageSecretRef: &corev1.SecretReference{Namespace: "default", Name: name + "-node"},
+			}},
+		},
+	}
+	return secret, pv
+}
+
+// fuseMount mounts root with ceph-fuse as user id from addr, announcing node and entity
+// (unmounted when the test ends).
+func fuseMount(t *testing.T, cl cephtest.Cluster, addr, id, key, root, node, entity string) {
+	t.Helper()
+	dir := t.TempDir()
+	keyring := filepath.Join(t.TempDir(), "keyring")
+	if err := os.WriteFile(keyring, []byte("[client."+id+"]\n\tkey = "+key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mnt := exec.Command("ceph-fuse", "-c", os.Getenv("CEPH_CONF"), "--keyring", keyring, "--id", id,
+		"--client_fs", cl.FSName, "-r", root, "--client_metadata=monoceph.node="+node+",hostname="+node+",entity_id="+entity,
+		"--admin_socket=", "--pid_file=", "--log_file=", dir)
+	mnt.Env = append(os.Environ(), cephtest.BindSrcEnv(t, addr)...)
+	if out, err := mnt.CombinedOutput(); err != nil {
+		t.Fatalf("ceph-fuse as %s from %s: %v: %s", id, addr, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("umount", "-l", dir).Run() })
+}
+
+// sessionList is every active MDS's client list, printed.
+func sessionList(ctx context.Context, conn *ceph.Conn) (string, error) {
+	ss, err := listSessions(ctx, conn, nil)
+	var b strings.Builder
+	for _, s := range ss {
+		fmt.Fprintf(&b, "{id:%d addr:%s node:%s root:%s} ", s.id, s.addr, s.node, s.root)
+	}
+	return b.String(), err
 }

@@ -18,7 +18,7 @@ func TestParseSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []session{{mds: "a", id: 4793, addr: netip.MustParseAddr("127.0.0.1"), node: "node-x", host: "vm"},
+	want := []session{{mds: "a", id: 4793, addr: netip.MustParseAddr("127.0.0.1"), node: "node-x", host: "vm", root: "/"},
 		{mds: "a", id: 4800, addr: netip.MustParseAddr("10.0.0.7"), host: "worker-7"}}
 	if fmt.Sprint(ss) != fmt.Sprint(want) {
 		t.Fatalf("sessions %+v, want %+v", ss, want)
