@@ -4,19 +4,20 @@ import (
 	"errors"
 	"fmt"
 
+	identitypb "github.com/csi-addons/spec/lib/go/identity"
 	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/version"
 )
 
-// completeCSIAddons checks the csi-addons settings. Fencing is a controller service: a
-// node-only process given a csi-addons socket is misconfigured, not silently idle.
+// completeCSIAddons checks the csi-addons settings. Fencing is a controller service and
+// reclaiming space an RBD one: a CephFS node given a csi-addons socket would serve nothing.
 func (c *Config) completeCSIAddons() error {
 	if c.CSIAddonsEndpoint == "" {
 		return nil
 	}
-	if !c.RunsController() {
-		return errors.New("--csi-addons-endpoint: the csi-addons services (network fencing) run with the controller: use --mode=controller or all, or drop the flag")
+	if !c.RunsController() && c.Type != TypeRBD {
+		return errors.New("--csi-addons-endpoint: a CephFS node serves no csi-addons service (network fencing runs with the controller, and CephFS has no space to reclaim): use --mode=controller or all, or drop the flag")
 	}
 	addons, err := server.SocketPath(c.CSIAddonsEndpoint)
 	if err != nil {
@@ -42,13 +43,34 @@ func (c Config) fenceOptions() fence.Options {
 	}
 }
 
-// registerCSIAddons serves the csi-addons Identity and FenceController on their own socket.
+// registerCSIAddons serves the csi-addons services on their own socket: FenceController
+// with a controller, ReclaimSpace with an RBD controller (offline: sparsify) and an RBD node
+// (online: fstrim), and the Identity advertising what was registered here. CephFS advertises
+// no ReclaimSpace, as ceph-csi: a deleted file's objects are freed by the MDS at once, there
+// is nothing to trim or sparsify, and csi-addons then schedules no reclaim for its volumes.
 func (d *Driver) registerCSIAddons() {
 	if d.addons == nil {
 		return
 	}
-	fc := fence.NewServer(d.clusters, d.pool, d.cfg.fenceOptions())
-	fence.Register(d.addons.Server, fence.NewIdentity(d.cfg.DriverName, version.Get(), d.ready.Load, fc), fc)
+	var caps []*identitypb.Capability
+	if d.cfg.RunsController() {
+		fc := fence.NewServer(d.clusters, d.pool, d.cfg.fenceOptions())
+		fence.Register(d.addons.Server, fc)
+		caps = append(caps, fence.ServiceCapability(identitypb.Capability_Service_CONTROLLER_SERVICE))
+		caps = append(caps, fc.Capabilities()...)
+		if d.rbdController != nil {
+			rs := d.rbdController.ReclaimSpace()
+			rs.Register(d.addons.Server)
+			caps = append(caps, rs.Capabilities()...)
+		}
+	}
+	if d.rbdNode != nil {
+		rs := d.rbdNode.ReclaimSpace()
+		rs.Register(d.addons.Server)
+		caps = append(caps, fence.ServiceCapability(identitypb.Capability_Service_NODE_SERVICE))
+		caps = append(caps, rs.Capabilities()...)
+	}
+	fence.RegisterIdentity(d.addons.Server, fence.NewIdentity(d.cfg.DriverName, version.Get(), d.ready.Load, caps...))
 }
 
 // CSIAddonsSocketPath is where the csi-addons socket listens, or "".

@@ -54,8 +54,9 @@ func TestCSIAddonsCLI(t *testing.T) {
 		mode Mode
 		caps []string
 	}{
-		{ModeController, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE"}},
-		{ModeAll, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "GET_CLIENTS_TO_FENCE"}},
+		{ModeController, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "OFFLINE"}},
+		{ModeNode, []string{"NODE_SERVICE", "ONLINE"}},
+		{ModeAll, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "GET_CLIENTS_TO_FENCE", "OFFLINE", "NODE_SERVICE", "ONLINE"}},
 	} {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			d, err := New(testConfig(t, tt.mode))
@@ -100,8 +101,11 @@ func TestCSIAddonsCLI(t *testing.T) {
 					t.Errorf("GetCapabilities lacks %s: %s", c, out)
 				}
 			}
-			if tt.mode == ModeController && strings.Contains(out, "GET_CLIENTS_TO_FENCE") {
-				t.Errorf("a controller-only process claims GET_CLIENTS_TO_FENCE: %s", out)
+			if tt.mode == ModeController && regexp.MustCompile(`GET_CLIENTS_TO_FENCE|NODE_SERVICE|\bONLINE`).MatchString(out) {
+				t.Errorf("a controller-only process claims a node's capability: %s", out)
+			}
+			if tt.mode == ModeNode && regexp.MustCompile(`CONTROLLER_SERVICE|NETWORK_FENCE|OFFLINE`).MatchString(out) {
+				t.Errorf("a node-only process claims a controller's capability: %s", out)
 			}
 		})
 	}
@@ -113,7 +117,7 @@ func TestCSIAddonsMisconfiguration(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{"node mode", func(c *Config) { c.Mode = ModeNode }, "run with the controller"},
+		{"CephFS node mode", func(c *Config) { c.Type, c.Mode = TypeCephFS, ModeNode }, "a CephFS node serves no csi-addons service"},
 		{"same socket as CSI", func(c *Config) { c.CSIAddonsEndpoint = c.Endpoint }, "is the CSI socket too"},
 		{"tcp", func(c *Config) { c.CSIAddonsEndpoint = "tcp://127.0.0.1:9000" }, "--csi-addons-endpoint"},
 		{"negative expiry", func(c *Config) { c.FenceExpiry = -time.Hour }, "must be positive"},

@@ -53,6 +53,10 @@ type Driver struct {
 	http    *server.HTTP
 	ready   atomic.Bool
 
+	// the RBD services the csi-addons socket serves ReclaimSpace of; nil when not running
+	rbdController *rbd.Controller
+	rbdNode       *rbdnode.Server
+
 	kube   *kube             // Kubernetes API access of controllers (attach.go); nil when not needed
 	fencer *nodefence.Fencer // out-of-service fencing; nil when off
 }
@@ -127,6 +131,7 @@ func (d *Driver) register() error {
 			return err
 		}
 		ctrl := rbd.NewController(o)
+		d.rbdController = ctrl
 		csi.RegisterControllerServer(d.grpc.Server, ctrl)
 		caps = append(caps, serviceCap(csi.PluginCapability_Service_CONTROLLER_SERVICE),
 			expansionCap(csi.PluginCapability_VolumeExpansion_ONLINE), d.registerGroupController(ctrl.Group()))
@@ -198,7 +203,7 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 		}
 		ns, err := rbdnode.New(opts)
 		if err == nil {
-			d.recover = ns.Recover
+			d.recover, d.rbdNode = ns.Recover, ns
 		}
 		return ns, err
 	case TypeCephFS:

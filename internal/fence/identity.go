@@ -9,7 +9,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// Identity is the csi-addons Identity service of a process serving FenceController.
+// Identity is the csi-addons Identity service of a process: it advertises the capabilities
+// of the csi-addons services registered beside it (FenceController here, ReclaimSpace in the
+// RBD packages), each service naming its own.
 type Identity struct {
 	identitypb.UnimplementedIdentityServer
 	name, version string
@@ -17,21 +19,30 @@ type Identity struct {
 	caps          []*identitypb.Capability
 }
 
-// NewIdentity describes fc: the controller service and network fencing, plus
-// GET_CLIENTS_TO_FENCE where fc answers GetFenceClients. ready backs Probe, which reports
-// the plugin itself, never Ceph (as CSI Probe does).
-func NewIdentity(name, version string, ready func() bool, fc *Server) *Identity {
+// NewIdentity advertises caps, the capabilities of the services served with it. ready backs
+// Probe, which reports the plugin itself, never Ceph (as CSI Probe does).
+func NewIdentity(name, version string, ready func() bool, caps ...*identitypb.Capability) *Identity {
+	return &Identity{name: name, version: version, ready: ready, caps: caps}
+}
+
+// ServiceCapability is the capability of serving the controller or the node side of the
+// csi-addons services.
+func ServiceCapability(t identitypb.Capability_Service_Type) *identitypb.Capability {
+	return &identitypb.Capability{Type: &identitypb.Capability_Service_{Service: &identitypb.Capability_Service{Type: t}}}
+}
+
+// Capabilities are fc's: network fencing, plus GET_CLIENTS_TO_FENCE where fc answers
+// GetFenceClients.
+func (s *Server) Capabilities() []*identitypb.Capability {
 	caps := []*identitypb.Capability{
-		{Type: &identitypb.Capability_Service_{Service: &identitypb.Capability_Service{
-			Type: identitypb.Capability_Service_CONTROLLER_SERVICE}}},
 		{Type: &identitypb.Capability_NetworkFence_{NetworkFence: &identitypb.Capability_NetworkFence{
 			Type: identitypb.Capability_NetworkFence_NETWORK_FENCE}}},
 	}
-	if fc.ServesFenceClients() {
+	if s.ServesFenceClients() {
 		caps = append(caps, &identitypb.Capability{Type: &identitypb.Capability_NetworkFence_{NetworkFence: &identitypb.Capability_NetworkFence{
 			Type: identitypb.Capability_NetworkFence_GET_CLIENTS_TO_FENCE}}})
 	}
-	return &Identity{name: name, version: version, ready: ready, caps: caps}
+	return caps
 }
 
 // GetIdentity names the driver.
@@ -49,8 +60,12 @@ func (s *Identity) Probe(context.Context, *identitypb.ProbeRequest) (*identitypb
 	return &identitypb.ProbeResponse{Ready: wrapperspb.Bool(s.ready())}, nil
 }
 
-// Register adds the csi-addons Identity and FenceController services to a gRPC server.
-func Register(r grpc.ServiceRegistrar, id *Identity, fc *Server) {
-	identitypb.RegisterIdentityServer(r, id)
+// Register adds the csi-addons FenceController service to a gRPC server.
+func Register(r grpc.ServiceRegistrar, fc *Server) {
 	fencepb.RegisterFenceControllerServer(r, fc)
+}
+
+// RegisterIdentity adds the csi-addons Identity service to a gRPC server.
+func RegisterIdentity(r grpc.ServiceRegistrar, id *Identity) {
+	identitypb.RegisterIdentityServer(r, id)
 }

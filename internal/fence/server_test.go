@@ -42,7 +42,9 @@ func serve(t testing.TB, fc *Server) clients {
 	if err != nil {
 		t.Fatal(err)
 	}
-	Register(g.Server, NewIdentity("rbd.monoceph.io", "v-test", func() bool { return true }, fc), fc)
+	caps := append([]*identitypb.Capability{ServiceCapability(identitypb.Capability_Service_CONTROLLER_SERVICE)}, fc.Capabilities()...)
+	RegisterIdentity(g.Server, NewIdentity("rbd.monoceph.io", "v-test", func() bool { return true }, caps...))
+	Register(g.Server, fc)
 	go func() { _ = g.Serve() }()
 	t.Cleanup(func() { g.Shutdown(time.Second) })
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
