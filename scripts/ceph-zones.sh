@@ -11,14 +11,14 @@
 #   env       print the env lines of a running cluster
 #
 # Ports and directories are ceph-local.sh's variables; this script's defaults are its own
-# (CI: mon 3800/7289, daemons 8600-9100) so that it runs beside the default cluster. memstore
+# (CI: mon 3800/3789, daemons 8600-9100) so that it runs beside the default cluster. memstore
 # by default: the tests write a few hundred MiB and throw the cluster away.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export CEPH_DIR=${CEPH_DIR:-${TMPDIR:-/tmp}/monoceph-ceph-zones}
 export CEPH_MON_V2_PORT=${CEPH_MON_V2_PORT:-3800}
-export CEPH_MON_V1_PORT=${CEPH_MON_V1_PORT:-7289}
+export CEPH_MON_V1_PORT=${CEPH_MON_V1_PORT:-3789}
 export CEPH_BIND_PORT_MIN=${CEPH_BIND_PORT_MIN:-8600}
 export CEPH_BIND_PORT_MAX=${CEPH_BIND_PORT_MAX:-9100}
 export CEPH_OBJECTSTORE=${CEPH_OBJECTSTORE:-memstore}

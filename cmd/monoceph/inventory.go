@@ -53,7 +53,7 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 	dryRun := fs.Bool("dry-run", true, "with --delete-orphans: only list what would be deleted")
 	grace := fs.Duration("grace", 24*time.Hour, "with --delete-orphans: minimum age (from the image's creation time)")
 	backfill := fs.Bool("backfill-owners", false, "write the ownership keys (PV, PVC, namespace, --cluster-name) of bound volumes and snapshots onto those missing them; keys already there stay (a dry run unless --dry-run=false)")
-	clusterName := fs.String("cluster-name", "", "with --backfill-owners: the cluster name to store (the driver's --cluster-name)")
+	clusterName := fs.String("cluster-name", "", "the driver's --cluster-name: with --backfill-owners, the name to store; with --delete-orphans, objects naming another cluster are never deleted")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -163,8 +163,12 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 	if !a.deleteOrphans {
 		return inventory.Write(stdout, a.output, entries)
 	}
+	if len(pvs) == 0 && !a.dryRun {
+		// a wrong --driver or kubeconfig makes every volume look orphaned
+		return fmt.Errorf("--delete-orphans: no PersistentVolume or VolumeSnapshotContent of drivers %v found: refusing to call every object an orphan (check --driver and the kubeconfig)", a.drivers)
+	}
 	ctrl := rbd.NewController(rbd.Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})
-	done, err := inventory.DeleteOrphans(ctx, entries, time.Now(), a.grace, a.dryRun, func(ctx context.Context, e inventory.Entry) error {
+	done, err := inventory.DeleteOrphans(ctx, entries, time.Now(), a.grace, a.clusterName, a.dryRun, func(ctx context.Context, e inventory.Entry) error {
 		if e.Kind == inventory.Snapshot {
 			_, err := ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: e.Handle, Secrets: secrets})
 			return err

@@ -9,12 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// TestChartNodeCSIAddons: with csi-addons on, the RBD node plugin serves ReclaimSpace on a
+// TestChartNodeCSIAddons: with csi-addons on for the node, the RBD node plugin serves ReclaimSpace on a
 // csi-addons socket of its own in the plugin directory, where its csi-addons sidecar finds it;
 // that sidecar, unprivileged, is the only container of the pod with a service account token.
 // The CephFS node plugin, which has nothing to reclaim, gets neither.
 func TestChartNodeCSIAddons(t *testing.T) {
-	_, dss := rendered(t, "rbd.csiAddons.enabled=true", "cephfs.csiAddons.enabled=true", "rbd.csiAddons.nodePort=9172")
+	_, dss := rendered(t, "rbd.csiAddons.enabled=true", "rbd.csiAddons.node=true", "cephfs.csiAddons.enabled=true", "rbd.csiAddons.nodePort=9172")
 	for name, ds := range dss {
 		if !strings.HasSuffix(name, "-node") {
 			continue
@@ -48,7 +48,7 @@ func TestChartNodeCSIAddons(t *testing.T) {
 		if want := "unix://" + filepath.Join(pluginDir, "csi-addons.sock"); endpoint != want {
 			t.Errorf("%s: --csi-addons-endpoint=%s, want %s", name, endpoint, want)
 		}
-		for _, want := range []string{"--csi-addons-address=unix:///csi/csi-addons.sock", "--controller-port=9172"} {
+		for _, want := range []string{"--csi-addons-address=unix:///csi/csi-addons.sock", "--controller-port=9172", "--controller-ip=$(NODE_IP)"} {
 			if !slices.Contains(sidecar.Args, want) {
 				t.Errorf("%s: csi-addons sidecar args %v lack %s", name, sidecar.Args, want)
 			}

@@ -144,7 +144,12 @@ func classify(o Object, pv *PV) State {
 // Deletable reports whether an entry is an orphan older than grace at now: only what no PV or
 // VolumeSnapshotContent names, whose journal entry and object both exist, and whose creation
 // time is known. An unknown time never qualifies: age is what keeps a create in flight (its PV
-// not written yet) from looking orphaned.
-func Deletable(e Entry, now time.Time, grace time.Duration) bool {
+// not written yet) from looking orphaned. An object that names its Kubernetes cluster
+// (owner.ClusterName) qualifies only when that is cluster, the one whose PVs were listed: on a
+// Ceph cluster shared by several Kubernetes clusters, every volume of the others has no PV here.
+func Deletable(e Entry, now time.Time, grace time.Duration, cluster string) bool {
+	if name, ok := e.Owner[owner.ClusterName]; ok && name != cluster {
+		return false
+	}
 	return e.State == Orphaned && e.Handle != "" && !e.Created.IsZero() && now.Sub(e.Created) >= grace
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/owner"
 )
 
 func TestJoin(t *testing.T) {
@@ -60,9 +62,11 @@ func TestDeletable(t *testing.T) {
 		{"bound", Entry{State: Bound, Handle: "a", Created: now.Add(-48 * time.Hour)}, false},
 		{"released (Retain: the PV is the operator's)", Entry{State: Released, Handle: "a", Created: now.Add(-48 * time.Hour)}, false},
 		{"unjournaled", Entry{State: Unjournaled, Created: now.Add(-48 * time.Hour)}, false},
+		{"old orphan of this cluster", Entry{State: Orphaned, Handle: "a", Created: now.Add(-25 * time.Hour), Owner: owner.Keys{owner.ClusterName: "kube-a"}}, true},
+		{"another Kubernetes cluster's volume (no PV here)", Entry{State: Orphaned, Handle: "a", Created: now.Add(-25 * time.Hour), Owner: owner.Keys{owner.ClusterName: "kube-b"}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Deletable(tc.e, now, 24*time.Hour); got != tc.want {
+			if got := Deletable(tc.e, now, 24*time.Hour, "kube-a"); got != tc.want {
 				t.Fatalf("got %v, want %v", got, tc.want)
 			}
 		})

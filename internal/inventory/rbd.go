@@ -71,11 +71,15 @@ func ScanRBD(ctx context.Context, loc radosop.Location, clusterID string, poolID
 			}
 			if o.Exists {
 				f, err := readImage(io, name)
-				if err != nil {
+				switch {
+				case errors.Is(err, rbd.ErrNotFound):
+					o.Exists = false // deleted between the listing and the open
+				case err != nil:
 					return nil, err
+				default:
+					images[name] = f
+					o.Created, o.Owner = f.created, f.owner
 				}
-				images[name] = f
-				o.Created, o.Owner = f.created, f.owner
 			}
 			out = append(out, o)
 		}

@@ -117,12 +117,12 @@ func covered(handle string) (string, bool) {
 // Deleter deletes a volume or snapshot by its CSI handle, through the controller's own path.
 type Deleter func(ctx context.Context, e Entry) error
 
-// DeleteOrphans deletes the entries Deletable allows (only reports them when dryRun) and
-// returns the ones it deleted or would delete.
-func DeleteOrphans(ctx context.Context, entries []Entry, now time.Time, grace time.Duration, dryRun bool, del Deleter) ([]Entry, error) {
+// DeleteOrphans deletes the entries Deletable allows for the Kubernetes cluster named cluster
+// (only reports them when dryRun) and returns the ones it deleted or would delete.
+func DeleteOrphans(ctx context.Context, entries []Entry, now time.Time, grace time.Duration, cluster string, dryRun bool, del Deleter) ([]Entry, error) {
 	var done []Entry
 	for _, e := range entries {
-		if !Deletable(e, now, grace) {
+		if !Deletable(e, now, grace, cluster) {
 			continue
 		}
 		if !dryRun {

@@ -164,10 +164,14 @@ func TestScanAndJoin(t *testing.T) {
 		_, err := s.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: e.Handle, Secrets: s.cl.Secrets()})
 		return err
 	}
-	if d, err := DeleteOrphans(ctx, entries, time.Now(), time.Hour, false, del); err != nil || len(d) != 0 {
+	if d, err := DeleteOrphans(ctx, entries, time.Now(), time.Hour, "kube-a", false, del); err != nil || len(d) != 0 {
 		t.Fatalf("within the grace period: deleted %v, %v", d, err)
 	}
-	d, err := DeleteOrphans(ctx, entries, time.Now().Add(time.Hour), time.Hour, false, del)
+	// another Kubernetes cluster sees every volume of this one as orphaned: it deletes none
+	if d, err := DeleteOrphans(ctx, entries, time.Now().Add(time.Hour), time.Hour, "kube-b", false, del); err != nil || len(d) != 0 {
+		t.Fatalf("another cluster's --delete-orphans deleted %v, %v", d, err)
+	}
+	d, err := DeleteOrphans(ctx, entries, time.Now().Add(time.Hour), time.Hour, "kube-a", false, del)
 	if err != nil || len(d) != 1 || d[0].Handle != orphan {
 		t.Fatalf("deleted %v (%v), want only %s", d, err, orphan)
 	}
@@ -176,7 +180,7 @@ func TestScanAndJoin(t *testing.T) {
 	if got, want := summary(entries), "bound:pv-bound:pv-bound dangling:pv-dangling: journal-only:: trashed:: unjournaled::"; got != want {
 		t.Fatalf("after deleting\n got %s\nwant %s", got, want)
 	}
-	if d, _ := DeleteOrphans(ctx, entries, time.Now().Add(time.Hour), time.Hour, true, del); len(d) != 0 {
+	if d, _ := DeleteOrphans(ctx, entries, time.Now().Add(time.Hour), time.Hour, "kube-a", true, del); len(d) != 0 {
 		t.Fatalf("second pass would delete %v", d)
 	}
 }
