@@ -107,17 +107,52 @@ func checkNoSymlinks(p string) error {
 		return fmt.Errorf("%w: mount target %q is not a clean absolute path", ceph.ErrInvalid, p)
 	}
 	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_NO_SYMLINKS})
-	switch {
-	case err == nil:
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		// kernels before 5.6 (RHEL 8's 4.18), or a seccomp profile that does not know openat2
+		err = walkNoSymlinks(p)
+	} else if err == nil {
 		_ = unix.Close(fd)
-		return nil
-	case errors.Is(err, unix.ENOENT):
+	}
+	switch {
+	case err == nil, errors.Is(err, unix.ENOENT):
 		return nil
 	case errors.Is(err, unix.ELOOP):
 		return fmt.Errorf("%w: mount target %q has a symbolic link in it", ceph.ErrInvalid, p)
 	default:
 		return fmt.Errorf("%w: mount target %q: %v", ceph.ErrInvalid, p, err)
 	}
+}
+
+// walkNoSymlinks is checkNoSymlinks without openat2: each component of the clean absolute p in
+// turn, ELOOP at the first symbolic link, ENOENT at the first that does not exist. The
+// components before the last are lstat'ed (directories of the kubelet's); the last is only
+// readlink'ed, which answers EINVAL for anything but a link without asking the filesystem
+// mounted there (a dead FUSE server would hang a stat).
+func walkNoSymlinks(p string) error {
+	parts := strings.Split(p[1:], "/")
+	at := ""
+	for i, part := range parts {
+		at += "/" + part
+		if i == len(parts)-1 {
+			_, err := os.Readlink(at)
+			switch {
+			case err == nil:
+				return unix.ELOOP
+			case errors.Is(err, unix.EINVAL):
+				return nil
+			default:
+				return err
+			}
+		}
+		fi, err := os.Lstat(at)
+		if err != nil {
+			return err
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			return unix.ELOOP
+		}
+	}
+	return nil
 }
 
 // fuseConnection reads the FUSE connection an open /dev/fuse serves from its fdinfo

@@ -171,6 +171,42 @@ func TestCephFSTargetChecks(t *testing.T) {
 	}
 }
 
+// TestNoSymlinksWithoutOpenat2: where openat2 is missing (kernels before 5.6) the holder walks
+// the target component by component, and must judge every target as openat2 does.
+func TestNoSymlinksWithoutOpenat2(t *testing.T) {
+	base := t.TempDir()
+	real := mkdir(t, base, "real")
+	if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(real, "leaf")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "nowhere"), filepath.Join(real, "dangling")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, target string
+		want         error // from the walk; checkNoSymlinks must agree on ok or not
+	}{
+		{"existing directory", real, nil},
+		{"missing leaf", filepath.Join(real, "staging"), unix.ENOENT},
+		{"missing in the middle", filepath.Join(real, "a", "b"), unix.ENOENT},
+		{"symlink in the middle", filepath.Join(base, "link", "staging"), unix.ELOOP},
+		{"symlink as the target", filepath.Join(real, "leaf"), unix.ELOOP},
+		{"dangling symlink as the target", filepath.Join(real, "dangling"), unix.ELOOP},
+		{"root", "/", nil},
+	} {
+		err := walkNoSymlinks(c.target)
+		if !errors.Is(err, c.want) && !(err == nil && c.want == nil) {
+			t.Errorf("%s: walk %v, want %v", c.name, err, c.want)
+		}
+		if kernel := checkNoSymlinks(c.target); (kernel == nil) != !errors.Is(c.want, unix.ELOOP) {
+			t.Errorf("%s: openat2 says %v, the walk %v", c.name, kernel, err)
+		}
+	}
+}
+
 // TestFuseConnection: a passed descriptor must serve the mount the request names, by the
 // fuse_connection line of its fdinfo (Linux 6.13+) against the mount's device in the mount
 // table; without the line (older kernels) only the /dev/fuse check stands.
