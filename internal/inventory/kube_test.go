@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	v1 "github.com/monoceph/monoceph/api/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,5 +56,31 @@ func TestListKube(t *testing.T) {
 		"sc-1:h-sc-1::apps/s-sc-1:false::true sc-2:h-sc-2::apps/s-sc-2:false::true"
 	if strings.Join(lines, " ") != want {
 		t.Fatalf("got  %s\nwant %s", strings.Join(lines, " "), want)
+	}
+}
+
+// TestPlacesTopologyPools: a class that places its volumes by topology has no pool of its own;
+// its volumes are in the pools of its topologyConstrainedPools, which are scanned too.
+func TestPlacesTopologyPools(t *testing.T) {
+	sc := func(name, driver string, params map[string]string) *storagev1.StorageClass {
+		return &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: driver, Parameters: params}
+	}
+	kc := fake.NewClientset(
+		sc("plain", "rbd.monoceph.io", map[string]string{"clusterID": "c", "pool": "rbd"}),
+		sc("zoned", "rbd.monoceph.io", map[string]string{"clusterID": "c", "topologyConstrainedPools": `[` +
+			`{"poolName":"z1","domainSegments":[{"domainLabel":"zone","value":"z1"}]},` +
+			`{"poolName":"z2","domainSegments":[{"domainLabel":"zone","value":"z2"}]}]`}),
+		sc("other driver", "ebs.csi.aws.com", map[string]string{"clusterID": "c", "pool": "elsewhere"}),
+	)
+	places, err := Places(context.Background(), kc, v1.ClusterMap{{ClusterID: "c"}}, map[string]bool{"rbd.monoceph.io": true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range places {
+		got = append(got, p.Pool)
+	}
+	if want := "rbd z1 z2"; strings.Join(got, " ") != want {
+		t.Fatalf("places %v, want %s", got, want)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/radosop"
+	monorbd "github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/volid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -29,8 +30,8 @@ type Place struct {
 func (p Place) key() string { return p.Cluster.ClusterID + "/" + p.Pool + "/" + p.Namespace }
 
 // Places finds where volumes can be: every RBD StorageClass of drivers names its cluster, pool
-// and namespace (the cluster map's default namespace when it names none); extra pools are
-// added on every cluster of the map.
+// (or the pools of its topologyConstrainedPools) and namespace (the cluster map's default
+// namespace when it names none); extra pools are added on every cluster of the map.
 func Places(ctx context.Context, kc kubernetes.Interface, clusters v1.ClusterMap, drivers map[string]bool, extraPools []string) ([]Place, error) {
 	byID := map[string]v1.Cluster{}
 	for _, c := range clusters {
@@ -51,14 +52,27 @@ func Places(ctx context.Context, kc kubernetes.Interface, clusters v1.ClusterMap
 		}
 		for _, sc := range scs.Items {
 			c, ok := byID[sc.Parameters["clusterID"]]
-			if !drivers[sc.Provisioner] || !ok || sc.Parameters["pool"] == "" {
+			if !drivers[sc.Provisioner] || !ok {
 				continue
 			}
 			ns, set := sc.Parameters["radosNamespace"]
 			if !set {
 				ns = c.RBD.RadosNamespace
 			}
-			add(Place{Cluster: c, Pool: sc.Parameters["pool"], Namespace: ns})
+			var pools []string
+			if p := sc.Parameters["pool"]; p != "" {
+				pools = append(pools, p)
+			}
+			if tp := sc.Parameters["topologyConstrainedPools"]; tp != "" {
+				names, err := monorbd.TopologyPoolNames(tp)
+				if err != nil {
+					return nil, fmt.Errorf("StorageClass %s: %w", sc.Name, err)
+				}
+				pools = append(pools, names...)
+			}
+			for _, p := range pools {
+				add(Place{Cluster: c, Pool: p, Namespace: ns})
+			}
 		}
 	}
 	for _, c := range clusters {

@@ -60,6 +60,19 @@ func parseTopologyPools(s string) ([]topologyPool, error) {
 	return pools, nil
 }
 
+// TopologyPoolNames lists the pools a topologyConstrainedPools parameter places images in.
+func TopologyPoolNames(param string) ([]string, error) {
+	pools, err := parseTopologyPools(param)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(pools))
+	for i, p := range pools {
+		names[i] = p.PoolName
+	}
+	return names, nil
+}
+
 // TopologyPrefix is the prefix of the driver's topology keys: topology.<driver name>/, as
 // ceph-csi's (a domain label "zone" is the key topology.rbd.monoceph.io/zone).
 func TopologyPrefix(driverName string) string { return "topology." + driverName + "/" }
