@@ -48,7 +48,7 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 	secret := fs.String("secret", "", "NAMESPACE/NAME of a Secret with the Ceph user (userID, userKey), as the StorageClasses reference")
 	user := fs.String("ceph-user", "", "Ceph user (instead of --secret), with --ceph-key-file")
 	keyFile := fs.String("ceph-key-file", "", "file holding the Ceph user's base64 key")
-	output := fs.String("o", "table", "output format: table or json")
+	output := fs.String("o", "table", "output format: table, json, or prometheus (counts per state, for node_exporter's textfile collector)")
 	deleteOrphans := fs.Bool("delete-orphans", false, "delete orphaned volumes and snapshots older than --grace")
 	dryRun := fs.Bool("dry-run", true, "with --delete-orphans: only list what would be deleted")
 	grace := fs.Duration("grace", 24*time.Hour, "with --delete-orphans: minimum age (from the image's creation time)")
@@ -61,8 +61,8 @@ func inventoryCmd(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 || (*output != "table" && *output != "json") {
-		fmt.Fprintln(stderr, "monoceph inventory: takes no arguments; -o is table or json")
+	if fs.NArg() > 0 || (*output != "table" && *output != "json" && *output != "prometheus") {
+		fmt.Fprintln(stderr, "monoceph inventory: takes no arguments; -o is table, json or prometheus")
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

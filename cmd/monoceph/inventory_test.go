@@ -18,7 +18,7 @@ func TestInventoryMisuse(t *testing.T) {
 		code int
 		want string
 	}{
-		{"unknown output", []string{"-o", "yaml"}, 2, "-o is table or json"},
+		{"unknown output", []string{"-o", "yaml"}, 2, "-o is table, json or prometheus"},
 		{"an argument", []string{"extra"}, 2, "takes no arguments"},
 		{"no cluster map", []string{"--cluster-config", "/nonexistent/clusters.json", "--kubeconfig", kubeconfig}, 1, "clusters.json"},
 		{"no Ceph user", []string{"--cluster-config", good, "--kubeconfig", kubeconfig}, 1, "name the Ceph user"},

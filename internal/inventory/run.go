@@ -149,8 +149,12 @@ func DeleteOrphans(ctx context.Context, entries []Entry, now time.Time, grace ti
 	return done, nil
 }
 
-// Write prints entries as a table or as JSON ("json").
+// Write prints entries as a table, as JSON ("json") or as counts in Prometheus' text format
+// ("prometheus").
 func Write(w io.Writer, format string, entries []Entry) error {
+	if format == "prometheus" {
+		return WriteMetrics(w, entries)
+	}
 	if format == "json" {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
