@@ -20,6 +20,7 @@ func TestChartNodeCSIAddons(t *testing.T) {
 			continue
 		}
 		spec := ds.Spec.Template.Spec
+		checkNodeTokens(t, name, spec, rbdTokenContainers(name, "csi-addons"))
 		plugin := container(t, spec, "monoceph")
 		var endpoint string
 		for _, a := range plugin.Args {
@@ -59,16 +60,74 @@ func TestChartNodeCSIAddons(t *testing.T) {
 		if s := sidecar.SecurityContext; s == nil || s.AllowPrivilegeEscalation == nil || *s.AllowPrivilegeEscalation || (s.Privileged != nil && *s.Privileged) {
 			t.Errorf("%s: the csi-addons sidecar's securityContext %+v allows privilege", name, s)
 		}
-		if a := spec.AutomountServiceAccountToken; a == nil || *a {
-			t.Errorf("%s: the service account token is mounted into every container", name)
-		}
-		for _, c := range spec.Containers {
-			token := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
-				return m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount"
-			})
-			if token != (c.Name == "csi-addons") {
-				t.Errorf("%s/%s: service account token mounted: %v", name, c.Name, token)
+	}
+}
+
+// TestChartNodeTokenOnlyWhereNeeded: the RBD node pod never mounts the service account token
+// into every container (node-driver-registrar must not get the node account's get nodes);
+// with read affinity the plugin, which reads its own Node's labels, gets it, and the
+// csi-addons sidecar when it runs: each a projected token of its own mount.
+func TestChartNodeTokenOnlyWhereNeeded(t *testing.T) {
+	affinity := []string{"cluster.readAffinity.enabled=true", "cluster.readAffinity.crushLocationLabels={topology.kubernetes.io/zone}"}
+	addons := []string{"rbd.csiAddons.enabled=true", "rbd.csiAddons.node=true"}
+	for _, c := range []struct {
+		name  string
+		extra []string
+		want  []string // the RBD node containers with a token
+	}{
+		{"none", nil, nil},
+		{"csi-addons", addons, []string{"csi-addons"}},
+		{"read affinity", affinity, []string{"monoceph"}},
+		{"read affinity and csi-addons", append(slices.Clone(affinity), addons...), []string{"monoceph", "csi-addons"}},
+		{"domain labels", []string{"rbd.domainLabels={topology.kubernetes.io/zone}"}, []string{"monoceph"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, dss := rendered(t, c.extra...)
+			for name, ds := range dss {
+				if strings.HasSuffix(name, "-node") {
+					checkNodeTokens(t, name, ds.Spec.Template.Spec, rbdTokenContainers(name, c.want...))
+				}
 			}
+		})
+	}
+}
+
+// rbdTokenContainers is want for the RBD node DaemonSet name and nothing for the CephFS one,
+// which never talks to the Kubernetes API.
+func rbdTokenContainers(name string, want ...string) []string {
+	if strings.Contains(name, "cephfs") {
+		return nil
+	}
+	return want
+}
+
+// checkNodeTokens: the pod opts out of the token for all its containers and exactly the
+// containers want mount one, read-only, from a projected service account token volume.
+func checkNodeTokens(t *testing.T, name string, spec corev1.PodSpec, want []string) {
+	t.Helper()
+	if a := spec.AutomountServiceAccountToken; a == nil || *a {
+		t.Errorf("%s: the service account token is mounted into every container", name)
+	}
+	var got []string
+	for _, c := range spec.Containers {
+		i := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.MountPath == "/var/run/secrets/kubernetes.io/serviceaccount"
+		})
+		if i < 0 {
+			continue
 		}
+		got = append(got, c.Name)
+		m := c.VolumeMounts[i]
+		if !m.ReadOnly {
+			t.Errorf("%s/%s: service account token mounted writable", name, c.Name)
+		}
+		j := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name })
+		if j < 0 || spec.Volumes[j].Projected == nil ||
+			!slices.ContainsFunc(spec.Volumes[j].Projected.Sources, func(s corev1.VolumeProjection) bool { return s.ServiceAccountToken != nil }) {
+			t.Errorf("%s/%s: token mount %s is no projected service account token volume of the pod", name, c.Name, m.Name)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("%s: service account token mounted in %v, want %v", name, got, want)
 	}
 }
