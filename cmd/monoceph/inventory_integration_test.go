@@ -15,6 +15,7 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/inventory"
 	"github.com/monoceph/monoceph/internal/kubetest"
@@ -53,25 +54,7 @@ func TestInventoryOnKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	io, err := conn.Rados().OpenIOContext(cl.RBDPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := fmt.Sprintf("kinv%d", time.Now().UnixNano()%1e12)
-	if err := rbd.NamespaceCreate(io, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		io.SetNamespace(ns)
-		names, _ := rbd.GetImageNames(io)
-		for _, n := range names {
-			_ = rbd.RemoveImage(io, n)
-		}
-		_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
-		io.SetNamespace("")
-		_ = rbd.NamespaceRemove(io, ns)
-		io.Destroy()
-	})
+	ns, io := cephcsitest.RBDNamespace(t, cl, conn)
 	ctrl := monorbd.NewController(monorbd.Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})
 	params := map[string]string{"clusterID": cl.ID, "pool": cl.RBDPool, "radosNamespace": ns}
 	create := func(pv string) string {
@@ -89,12 +72,10 @@ func TestInventoryOnKubernetes(t *testing.T) {
 		return resp.GetVolume().GetVolumeId()
 	}
 	bound, orphan, dangling := create("pv-bound"), create("pv-orphan"), create("pv-dangling")
-	io.SetNamespace(ns)
 	dv, _ := volid.ParseRBDVolume(dangling)
 	if err := rbd.RemoveImage(io, rbdname.Image(dv.UID)); err != nil {
 		t.Fatal(err)
 	}
-	io.SetNamespace("")
 
 	const driverName = "rbd.monoceph.io"
 	if _, err := kc.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "rbd"},

@@ -13,6 +13,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/owner"
@@ -45,36 +46,8 @@ func newSite(t *testing.T) *site {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	io, err := conn.Rados().OpenIOContext(cl.RBDPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := fmt.Sprintf("inv%d", time.Now().UnixNano()%1e12)
-	if err := rbd.NamespaceCreate(io, ns); err != nil {
-		t.Fatal(err)
-	}
-	io.SetNamespace(ns)
-	t.Cleanup(func() {
-		names, _ := rbd.GetImageNames(io)
-		for _, n := range names {
-			if img, err := rbd.OpenImage(io, n, rbd.NoSnapshot); err == nil {
-				snaps, _ := img.GetSnapshotNames()
-				for _, s := range snaps {
-					_ = img.GetSnapshot(s.Name).Remove()
-				}
-				img.Close()
-			}
-			_ = rbd.RemoveImage(io, n)
-		}
-		trash, _ := rbd.GetTrashList(io)
-		for _, tr := range trash {
-			_ = rbd.TrashRemove(io, tr.Id, true)
-		}
-		_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
-		io.SetNamespace("")
-		_ = rbd.NamespaceRemove(io, ns)
-		io.Destroy()
-	})
+	// a RADOS namespace of its own, emptied and removed afterwards
+	ns, io := cephcsitest.RBDNamespace(t, cl, conn)
 	var c v1.Cluster
 	for _, x := range store.Map() {
 		if x.ClusterID == cl.ID {
