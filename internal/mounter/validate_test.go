@@ -133,18 +133,30 @@ func cephfsReq(t *testing.T, work string, options []string) mount.Request {
 		Target: filepath.Join(t.TempDir(), "staging"), Cred: testCred(t), WorkDir: work, Options: options}
 }
 
+// linkTree makes the symbolic links a mount target may meet: base/link -> base/real (a link on
+// the way), base/real/leaf -> base/real (a link as the target) and base/real/dangling (a link
+// to nothing).
+func linkTree(t *testing.T) (base, real string) {
+	t.Helper()
+	base = t.TempDir()
+	real = mkdir(t, base, "real")
+	for link, to := range map[string]string{
+		filepath.Join(base, "link"):     real,
+		filepath.Join(real, "leaf"):     real,
+		filepath.Join(real, "dangling"): filepath.Join(base, "nowhere"),
+	} {
+		if err := os.Symlink(to, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return base, real
+}
+
 // TestCephFSTargetChecks: the holder checks a CephFS mount's filesystem, directory and target
 // as the node plugin does (issue 26, item 5): strict Ceph names, and a clean absolute target
 // with no symbolic link on the way.
 func TestCephFSTargetChecks(t *testing.T) {
-	base := t.TempDir()
-	real := mkdir(t, base, "real")
-	if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(real, filepath.Join(real, "leaf")); err != nil {
-		t.Fatal(err)
-	}
+	base, real := linkTree(t)
 	const dir = "/volumes/csi/v/uuid"
 	for _, c := range []struct {
 		name, fs, dir, target string
@@ -174,17 +186,7 @@ func TestCephFSTargetChecks(t *testing.T) {
 // TestNoSymlinksWithoutOpenat2: where openat2 is missing (kernels before 5.6) the holder walks
 // the target component by component, and must judge every target as openat2 does.
 func TestNoSymlinksWithoutOpenat2(t *testing.T) {
-	base := t.TempDir()
-	real := mkdir(t, base, "real")
-	if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(real, filepath.Join(real, "leaf")); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(filepath.Join(base, "nowhere"), filepath.Join(real, "dangling")); err != nil {
-		t.Fatal(err)
-	}
+	base, real := linkTree(t)
 	for _, c := range []struct {
 		name, target string
 		want         error // from the walk; checkNoSymlinks must agree on ok or not
