@@ -82,7 +82,24 @@ func TestQoSOnLiveRBDFuse(t *testing.T) {
 		if _, err := e.client.ControllerModifyVolume(ctx, &csi.ControllerModifyVolumeRequest{VolumeId: id, MutableParameters: params, Secrets: e.cl.Secrets()}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(2 * time.Second) // open handles re-read the image's configuration within about a second
+	}
+	// eventually measures until the rate is what ok wants: an open handle applies a changed
+	// configuration when librbd's header watch delivers the change, within about a second on
+	// an idle machine but later on a loaded one (a fixed wait bets on the load). A change that never
+	// reaches the open handle still fails, after a deadline far above any delivery time.
+	eventually := func(what string, n int, ok func(float64) bool) float64 {
+		t.Helper()
+		deadline := time.Now().Add(45 * time.Second)
+		for {
+			r := rate(n)
+			if ok(r) {
+				return r
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still %.0f writes/s after %v", what, r, 45*time.Second)
+			}
+			t.Logf("%s: %.0f writes/s, not yet", what, r)
+		}
 	}
 
 	if r := rate(300); r > 120 {
@@ -91,15 +108,9 @@ func TestQoSOnLiveRBDFuse(t *testing.T) {
 		t.Logf("limited at create: %.0f writes/s", r)
 	}
 	modify(map[string]string{}) // a class without limits
-	if r := rate(600); r < 400 {
-		t.Fatalf("after ModifyVolume to no limits: %.0f writes/s, want well above 100", r)
-	} else {
-		t.Logf("unlimited: %.0f writes/s", r)
-	}
+	t.Logf("unlimited: %.0f writes/s", eventually("after ModifyVolume to no limits (want well above 100)", 600,
+		func(r float64) bool { return r > 250 }))
 	modify(map[string]string{"qosIopsLimit": "50"})
-	if r := rate(150); r > 60 {
-		t.Fatalf("after ModifyVolume to qosIopsLimit=50: %.0f writes/s", r)
-	} else {
-		t.Logf("limited by ModifyVolume: %.0f writes/s", r)
-	}
+	t.Logf("limited by ModifyVolume: %.0f writes/s", eventually("after ModifyVolume to qosIopsLimit=50", 150,
+		func(r float64) bool { return r <= 60 }))
 }
