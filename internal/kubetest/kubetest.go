@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/kubelog"
 	authnv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -192,7 +193,11 @@ func (cp *ControlPlane) wait(t testing.TB, timeout time.Duration, what string, f
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// The polls log at most client-go's capped verbosity: at -v=9 and above (a test that
+		// captures everything at -v=10) client-go traces each dial, and a poll that ends while
+		// its dial to a starting kube-apiserver is still running has that dial write its timing
+		// as client-go reads it (a data race in client-go the race detector reported here).
+		ctx, cancel := context.WithTimeout(kubelog.Context(context.Background()), 5*time.Second)
 		err := f(ctx)
 		cancel()
 		if err == nil {
