@@ -8,7 +8,6 @@ import (
 	fencepb "github.com/csi-addons/spec/lib/go/fence"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -119,7 +118,7 @@ func codeFor(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	code := server.CodeOf(err)
+	code := ceph.CodeOf(err)
 	if code == codes.Internal {
 		code = codes.Unknown
 	}

@@ -154,7 +154,7 @@ func errorCode(err error) codes.Code {
 	if errors.Is(err, mount.ErrMounterUnavailable) {
 		return codes.FailedPrecondition
 	}
-	return server.CodeOf(err)
+	return ceph.CodeOf(err)
 }
 
 func internal(what string, err error) error {

@@ -204,12 +204,6 @@ func errorCode(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, attach.ErrConnectionLost):
 		return codes.FailedPrecondition
-	case errors.Is(err, ceph.ErrUnavailable):
-		return codes.Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
 	}
-	return codes.Internal
+	return ceph.CodeOf(err)
 }
