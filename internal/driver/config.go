@@ -83,7 +83,7 @@ type Config struct {
 
 	// CSIAddonsEndpoint is the csi-addons socket (Identity, FenceController); "" serves none.
 	CSIAddonsEndpoint string
-	// FenceExpiry is how long fence entries live (0: fence.DefaultExpiry).
+	// FenceExpiry is how long fence entries live (0: blocklist.DefaultExpiry).
 	FenceExpiry time.Duration
 	// FenceFallbackMaxPrefixV4 and V6 bound the per-address fallback (0: fence defaults).
 	FenceFallbackMaxPrefixV4 int

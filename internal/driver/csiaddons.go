@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	identitypb "github.com/csi-addons/spec/lib/go/identity"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/version"
@@ -36,10 +37,12 @@ func (c *Config) completeCSIAddons() error {
 // process's own Ceph client address, which is the node's only where the node service runs too.
 func (c Config) fenceOptions() fence.Options {
 	return fence.Options{
-		Expiry:              c.FenceExpiry,
-		FallbackMaxPrefixV4: c.FenceFallbackMaxPrefixV4,
-		FallbackMaxPrefixV6: c.FenceFallbackMaxPrefixV6,
-		ServeFenceClients:   c.RunsNode(),
+		Options: blocklist.Options{
+			Expiry:              c.FenceExpiry,
+			FallbackMaxPrefixV4: c.FenceFallbackMaxPrefixV4,
+			FallbackMaxPrefixV6: c.FenceFallbackMaxPrefixV6,
+		},
+		ServeFenceClients: c.RunsNode(),
 	}
 }
 

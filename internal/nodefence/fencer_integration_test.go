@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/faultpoint"
-	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/kubetest"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
@@ -98,7 +98,7 @@ func (r *rig) fencers(ctx context.Context, clusterID string) (Blocklist, func(),
 	if err != nil {
 		return nil, nil, err
 	}
-	return fence.NewDirect(conn, r.cl.ClusterMap()[0], fence.Options{Expiry: 15 * time.Minute}), conn.Release, nil
+	return blocklist.NewDirect(conn, r.cl.ClusterMap()[0], blocklist.Options{Expiry: 15 * time.Minute}), conn.Release, nil
 }
 
 // run starts f until the test (or stop) ends.
@@ -112,7 +112,7 @@ func run(t *testing.T, f *Fencer) (stop func()) {
 }
 
 func (r *rig) blocklisted(a string) bool {
-	bl, err := fence.ListBlocklist(r.ctx, r.conn)
+	bl, err := blocklist.ListBlocklist(r.ctx, r.conn)
 	if err != nil {
 		r.t.Fatal(err)
 	}
