@@ -17,8 +17,8 @@ import (
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/monoceph/monoceph/internal/inventory"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/rbd"
-	"github.com/monoceph/monoceph/internal/server"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -167,7 +167,7 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 		// a wrong --driver or kubeconfig makes every volume look orphaned
 		return fmt.Errorf("--delete-orphans: no PersistentVolume or VolumeSnapshotContent of drivers %v found: refusing to call every object an orphan (check --driver and the kubeconfig)", a.drivers)
 	}
-	ctrl := rbd.NewController(rbd.Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})
+	ctrl := rbd.NewController(rbd.Options{Clusters: store, Pool: pool, Locks: oplock.New()})
 	done, err := inventory.DeleteOrphans(ctx, entries, time.Now(), a.grace, a.clusterName, a.dryRun, func(ctx context.Context, e inventory.Entry) error {
 		if e.Kind == inventory.Snapshot {
 			_, err := ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: e.Handle, Secrets: secrets})

@@ -17,7 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 )
 
 // publishCrash is the NodePublishVolume a child process runs until it dies at a fault point.
@@ -43,7 +43,7 @@ func TestPublishCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{NodeID: "node-1", StateDir: c.StateDir, Clusters: clusters, Locks: server.NewOpLocks()})
+	s, err := New(Options{NodeID: "node-1", StateDir: c.StateDir, Clusters: clusters, Locks: oplock.New()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/nodestate"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
-	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,7 +30,7 @@ type Options struct {
 	StateDir string
 	Clusters *clustermap.Store
 	// Locks serialise operations per volume; a busy volume answers ABORTED.
-	Locks *server.OpLocks
+	Locks *oplock.Locks
 	// Timeout bounds each command that attaches, mounts or inspects (rbd, losetup,
 	// mount, umount); the driver passes --ceph-op-timeout.
 	Timeout time.Duration
