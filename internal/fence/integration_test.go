@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,7 +17,6 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/childtest"
-	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -498,12 +494,7 @@ func TestFenceCrashSafety(t *testing.T) {
 	c.cleanupRecords(t, cidr)
 	child := func(op, point string) {
 		t.Helper()
-		cmd := childtest.Command(t, "TestFenceCrashChild", fenceCrashEnv+"="+op+" "+cidr, faultpoint.EnvVar+"="+point)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("child %s at %s: %v, want death by SIGKILL; output:\n%s", op, point, err, out)
-		}
+		childtest.RunToFaultPoint(t, "TestFenceCrashChild", point, fenceCrashEnv+"="+op+" "+cidr)
 	}
 	state := func() (entries, records int) {
 		_, rec := c.rawRecords(t)[netip.MustParsePrefix(cidr)]

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/oplock"
 )
@@ -99,14 +97,7 @@ func TestReadOnlyLayerOfACrashedPublish(t *testing.T) {
 		t.Helper()
 		b, _ := json.Marshal(publishCrash{StateDir: r.s.opts.StateDir, ClusterMap: filepath.Join(filepath.Dir(r.s.opts.StateDir), "clusters.json"),
 			VolumeID: vol, Staging: staging, Target: target})
-		cmd := childtest.Command(t, "TestPublishCrashChild", publishCrashEnv+"="+string(b), faultpoint.EnvVar+"=rbd.NodePublishVolume.read-only-layer")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("child: %v, want death by SIGKILL; output:\n%s", err, out.String())
-		}
+		childtest.RunToFaultPoint(t, "TestPublishCrashChild", "rbd.NodePublishVolume.read-only-layer", publishCrashEnv+"="+string(b))
 		got := layersOver(dev)
 		if len(got) != 1 {
 			t.Fatalf("after the crash: read-only layers %v, want the one the child made", got)
