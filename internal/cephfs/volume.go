@@ -14,6 +14,7 @@ import (
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -136,7 +137,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	defer unlock()
 	s, err := c.openSite(ctx, r.cluster, req.GetSecrets(), r.params.FSName, -1)
 	if errors.Is(err, ceph.ErrNotFound) {
-		return nil, controller.InvalidParam(paramFSName, "filesystem %q does not exist", r.params.FSName)
+		return nil, classparam.InvalidParam(paramFSName, "filesystem %q does not exist", r.params.FSName)
 	}
 	if err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func (c *Controller) checkPool(ctx context.Context, cl v1.Cluster, s site, pool 
 			return nil
 		}
 	}
-	return controller.InvalidParam(paramPool, "%q is not a data pool of filesystem %q (its data pools: %s)", pool, s.fs.Name, strings.Join(s.fs.DataPools, ", "))
+	return classparam.InvalidParam(paramPool, "%q is not a data pool of filesystem %q (its data pools: %s)", pool, s.fs.Name, strings.Join(s.fs.DataPools, ", "))
 }
 
 // giveBack releases rec, the reservation of a create that failed for good (see

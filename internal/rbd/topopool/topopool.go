@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/classparam"
 )
 
 // Param is ceph-csi's StorageClass key.
@@ -34,23 +34,23 @@ func Parse(s string) ([]Pool, error) {
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&pools); err != nil {
-		return nil, controller.InvalidParam(Param, "%v", err)
+		return nil, classparam.InvalidParam(Param, "%v", err)
 	}
 	if len(pools) == 0 {
-		return nil, controller.InvalidParam(Param, "names no pool")
+		return nil, classparam.InvalidParam(Param, "names no pool")
 	}
 	for i, p := range pools {
 		if p.PoolName == "" || len(p.DomainSegments) == 0 {
-			return nil, controller.InvalidParam(Param, "entry %d: want poolName and domainSegments", i)
+			return nil, classparam.InvalidParam(Param, "entry %d: want poolName and domainSegments", i)
 		}
 		for _, name := range []string{p.PoolName, p.DataPool} {
 			if strings.ContainsAny(name, "/@ \n") {
-				return nil, controller.InvalidParam(Param, "entry %d: pool name %q", i, name)
+				return nil, classparam.InvalidParam(Param, "entry %d: pool name %q", i, name)
 			}
 		}
 		for _, seg := range p.DomainSegments {
 			if seg.DomainLabel == "" || seg.Value == "" {
-				return nil, controller.InvalidParam(Param, "entry %d: a domain segment without domainLabel or value", i)
+				return nil, classparam.InvalidParam(Param, "entry %d: a domain segment without domainLabel or value", i)
 			}
 		}
 	}
