@@ -17,8 +17,8 @@ import (
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/monoceph/monoceph/internal/inventory"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/rbd"
-	"github.com/monoceph/monoceph/internal/server"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -100,17 +100,7 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = a.kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return err
-	}
-	kc, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return err
-	}
-	dc, err := dynamic.NewForConfig(cfg)
+	kc, dc, err := kubeClients(a.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -142,21 +132,8 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 		return err
 	}
 	entries := inventory.Join(objs, pvs, covers)
-	verb := "wrote ownership keys onto"
-	if a.dryRun {
-		verb = "would write ownership keys onto (dry run; --dry-run=false to act)"
-	}
 	if a.backfill {
-		clusters := map[string]v1.Cluster{}
-		for _, c := range store.Map() {
-			clusters[c.ClusterID] = c
-		}
-		done, err := inventory.Backfill(ctx, entries, clusters, connect, a.clusterName, a.dryRun)
-		fmt.Fprintf(stderr, "monoceph inventory: %s %d object(s)\n", verb, len(done))
-		if werr := inventory.Write(stdout, a.output, done); werr != nil && err == nil {
-			err = werr
-		}
-		if err != nil || !a.deleteOrphans {
+		if err := backfillOwners(ctx, a, entries, store, connect, stdout, stderr); err != nil || !a.deleteOrphans {
 			return err
 		}
 	}
@@ -167,7 +144,50 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 		// a wrong --driver or kubeconfig makes every volume look orphaned
 		return fmt.Errorf("--delete-orphans: no PersistentVolume or VolumeSnapshotContent of drivers %v found: refusing to call every object an orphan (check --driver and the kubeconfig)", a.drivers)
 	}
-	ctrl := rbd.NewController(rbd.Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})
+	return deleteOrphans(ctx, a, entries, store, pool, secrets, stdout, stderr)
+}
+
+func kubeClients(kubeconfig string) (kubernetes.Interface, dynamic.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	kc, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return kc, dc, nil
+}
+
+// backfillOwners writes (or, in a dry run, names) the ownership keys the entries lack and
+// prints the objects it wrote to.
+func backfillOwners(ctx context.Context, a inventoryArgs, entries []inventory.Entry, store *clustermap.Store, connect inventory.Connector, stdout, stderr io.Writer) error {
+	verb := "wrote ownership keys onto"
+	if a.dryRun {
+		verb = "would write ownership keys onto (dry run; --dry-run=false to act)"
+	}
+	clusters := map[string]v1.Cluster{}
+	for _, c := range store.Map() {
+		clusters[c.ClusterID] = c
+	}
+	done, err := inventory.Backfill(ctx, entries, clusters, connect, a.clusterName, a.dryRun)
+	fmt.Fprintf(stderr, "monoceph inventory: %s %d object(s)\n", verb, len(done))
+	if werr := inventory.Write(stdout, a.output, done); werr != nil && err == nil {
+		err = werr
+	}
+	return err
+}
+
+// deleteOrphans deletes (or, in a dry run, names) the orphans older than the grace period
+// through the RBD controller's own DeleteVolume and DeleteSnapshot, and prints them.
+func deleteOrphans(ctx context.Context, a inventoryArgs, entries []inventory.Entry, store *clustermap.Store, pool *ceph.Pool, secrets map[string]string, stdout, stderr io.Writer) error {
+	ctrl := rbd.NewController(rbd.Options{Clusters: store, Pool: pool, Locks: oplock.New()})
 	done, err := inventory.DeleteOrphans(ctx, entries, time.Now(), a.grace, a.clusterName, a.dryRun, func(ctx context.Context, e inventory.Entry) error {
 		if e.Kind == inventory.Snapshot {
 			_, err := ctrl.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: e.Handle, Secrets: secrets})
@@ -176,7 +196,7 @@ func runInventory(ctx context.Context, a inventoryArgs, stdout, stderr io.Writer
 		_, err := ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: e.Handle, Secrets: secrets})
 		return err
 	})
-	verb = "deleted"
+	verb := "deleted"
 	if a.dryRun {
 		verb = "would delete (dry run; --dry-run=false to act)"
 	}

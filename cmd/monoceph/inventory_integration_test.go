@@ -19,10 +19,10 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/inventory"
 	"github.com/monoceph/monoceph/internal/kubetest"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/owner"
 	monorbd "github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
-	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -55,7 +55,7 @@ func TestInventoryOnKubernetes(t *testing.T) {
 	}
 	t.Cleanup(conn.Release)
 	ns, io := cephcsitest.RBDNamespace(t, cl, conn)
-	ctrl := monorbd.NewController(monorbd.Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})
+	ctrl := monorbd.NewController(monorbd.Options{Clusters: store, Pool: pool, Locks: oplock.New()})
 	params := map[string]string{"clusterID": cl.ID, "pool": cl.RBDPool, "radosNamespace": ns}
 	create := func(pv string) string {
 		p := map[string]string{owner.PVName: pv}

@@ -13,10 +13,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs"
 	"github.com/monoceph/monoceph/internal/driver"
-	"github.com/monoceph/monoceph/internal/fence"
 	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
 	"github.com/monoceph/monoceph/internal/snapmeta"
 	"github.com/monoceph/monoceph/internal/version"
@@ -62,9 +62,9 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.StringVar(&cfg.CephCSIInstanceID, "cephcsi-instance-id", "default", "the --instanceid of the ceph-csi deployment whose volumes this driver took over (the suffix of ceph-csi's journal objects)")
 	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "name of this Kubernetes cluster, stored on every image and subvolume created (csi.ceph.com/cluster/name, as ceph-csi's --clustername; empty: none)")
 	fs.StringVar(&cfg.CSIAddonsEndpoint, "csi-addons-endpoint", "", "csi-addons endpoint, unix:///path/to/csi-addons.sock: network fencing (controller), ReclaimSpace (RBD controller and node) (empty: off)")
-	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", fence.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
-	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", fence.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")
-	fs.IntVar(&cfg.FenceFallbackMaxPrefixV6, "fence-fallback-max-prefix-v6", fence.DefaultFallbackMaxPrefixV6, "on monitors without range blocklisting, widest IPv6 range fenced address by address (112-128)")
+	fs.DurationVar(&cfg.FenceExpiry, "fence-expiry", blocklist.DefaultExpiry, "lifetime of the OSD blocklist entries a fence creates")
+	fs.IntVar(&cfg.FenceFallbackMaxPrefixV4, "fence-fallback-max-prefix-v4", blocklist.DefaultFallbackMaxPrefixV4, "on monitors without range blocklisting, widest IPv4 range fenced address by address (16-32)")
+	fs.IntVar(&cfg.FenceFallbackMaxPrefixV6, "fence-fallback-max-prefix-v6", blocklist.DefaultFallbackMaxPrefixV6, "on monitors without range blocklisting, widest IPv6 range fenced address by address (112-128)")
 	fs.StringVar(&cfg.SnapshotMetadata.BlockType, "snapshot-metadata-block-type", "variable", "changed block tracking: variable (exact extents) or fixed (whole RADOS objects)")
 	fs.DurationVar(&cfg.SnapshotMetadata.MaxStreamDuration, "snapshot-metadata-max-stream-duration", time.Hour, "bound on one changed block tracking stream (0: none)")
 	fs.IntVar(&cfg.SnapshotMetadata.MaxConcurrentDiffs, "snapshot-metadata-max-concurrent-diffs", snapmeta.DefaultMaxConcurrentDiffs, "changed block tracking: librbd diff iterations running at once; further streams wait for a turn")

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"google.golang.org/grpc/codes"
 )
 
 // The driver's error vocabulary for Ceph failures. Ceph errnos are classified into these once,
-// here; the gRPC edge maps them to status codes.
+// here; Classes gives each its gRPC status code.
 var (
 	ErrNotFound     = errors.New("not found")
 	ErrExists       = errors.New("already exists")
@@ -27,28 +29,49 @@ var (
 
 // Class is one of the error classes above with the name it travels under between processes
 // (the mount holder's answers name the classes of an error, so that the node plugin classifies
-// it as it would its own).
+// it as it would its own) and the gRPC code the servers answer it with.
 type Class struct {
 	Name string
 	Err  error
+	Code codes.Code
 }
 
-// Classes lists every class: the one list the mappings are made from and tested against (the
-// gRPC edge has a code for each, the holder's protocol names each).
+// Classes lists every class: the one table of the driver's Ceph errors, which the gRPC edge
+// (CodeOf) and the holder's protocol are made from. The codes are the CSI spec's: a class says
+// what a caller may do about it (retry, fix the request, fix the cluster).
 var Classes = []Class{
-	{"not-found", ErrNotFound},
-	{"exists", ErrExists},
-	{"busy", ErrBusy},
-	{"not-empty", ErrNotEmpty},
-	{"auth", ErrAuth},
-	{"permission", ErrPermission},
-	{"unavailable", ErrUnavailable},
-	{"invalid", ErrInvalid},
-	{"conflict", ErrConflict},
-	{"no-space", ErrNoSpace},
-	{"unsupported", ErrUnsupported},
-	{"timeout", ErrTimeout},
-	{"inconsistent", ErrInconsistent},
+	{"not-found", ErrNotFound, codes.NotFound},
+	{"exists", ErrExists, codes.AlreadyExists},
+	{"busy", ErrBusy, codes.FailedPrecondition},
+	{"not-empty", ErrNotEmpty, codes.FailedPrecondition},
+	{"auth", ErrAuth, codes.Unauthenticated},
+	{"permission", ErrPermission, codes.PermissionDenied},
+	{"unavailable", ErrUnavailable, codes.Unavailable},
+	{"invalid", ErrInvalid, codes.InvalidArgument},
+	{"conflict", ErrConflict, codes.Aborted},
+	{"no-space", ErrNoSpace, codes.ResourceExhausted},
+	{"unsupported", ErrUnsupported, codes.FailedPrecondition},
+	{"timeout", ErrTimeout, codes.DeadlineExceeded},
+	// state the driver itself wrote is not what it expects: nothing a caller can change
+	{"inconsistent", ErrInconsistent, codes.Internal},
+}
+
+// CodeOf is the gRPC code of an error that is not a status: a deadline first (an error of
+// several classes, as the holder's answers can be, takes the first that matches, the rest in
+// Classes' order), then its class; an error of no class is INTERNAL.
+func CodeOf(err error) codes.Code {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrTimeout):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	for _, c := range Classes {
+		if errors.Is(err, c.Err) {
+			return c.Code
+		}
+	}
+	return codes.Internal
 }
 
 // Error is a Ceph failure: what was attempted, the errno Ceph answered, the class it falls in

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ceph/go-ceph/rados"
+	"google.golang.org/grpc/codes"
 )
 
 type fakeErrno int
@@ -80,6 +81,62 @@ func TestRetire(t *testing.T) {
 	for _, tt := range tests {
 		if got := retire(tt.err); got != tt.want {
 			t.Errorf("retire(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestClassCodes is the test over the one table of error classes: each class answers the CSI
+// spec's code for it, through wrapping, and a class added without a code (or one this test
+// does not know) fails here rather than answering whatever the zero code is.
+func TestClassCodes(t *testing.T) {
+	want := map[error]codes.Code{
+		ErrNotFound:     codes.NotFound,
+		ErrExists:       codes.AlreadyExists,
+		ErrBusy:         codes.FailedPrecondition,
+		ErrNotEmpty:     codes.FailedPrecondition,
+		ErrAuth:         codes.Unauthenticated,
+		ErrPermission:   codes.PermissionDenied,
+		ErrUnavailable:  codes.Unavailable,
+		ErrInvalid:      codes.InvalidArgument,
+		ErrConflict:     codes.Aborted,
+		ErrNoSpace:      codes.ResourceExhausted,
+		ErrUnsupported:  codes.FailedPrecondition,
+		ErrTimeout:      codes.DeadlineExceeded,
+		ErrInconsistent: codes.Internal,
+	}
+	names := map[string]bool{}
+	for _, c := range Classes {
+		code, ok := want[c.Err]
+		if !ok {
+			t.Errorf("class %s (%v) is not in this test's table", c.Name, c.Err)
+		}
+		if c.Code != code {
+			t.Errorf("class %s: code %v, want %v", c.Name, c.Code, code)
+		}
+		if got := CodeOf(fmt.Errorf("outer: %w", NewError("op", c.Err, ""))); got != code {
+			t.Errorf("CodeOf(a wrapped %s error) = %v, want %v", c.Name, got, code)
+		}
+		if names[c.Name] {
+			t.Errorf("class name %q twice: the holder's wire names must be unique", c.Name)
+		}
+		names[c.Name] = true
+	}
+	if len(Classes) != len(want) {
+		t.Errorf("%d classes for %d codes in this test: a class is missing from ceph.Classes", len(Classes), len(want))
+	}
+	for _, tt := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("wrapped: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{context.Canceled, codes.Canceled},
+		{Wrap("op", fakeErrno(-2)), codes.NotFound},
+		{errors.New("boom"), codes.Internal},
+		// an error of two classes (the holder's answers can be) takes the deadline first
+		{errors.Join(NewError("op", ErrUnavailable, ""), context.DeadlineExceeded), codes.DeadlineExceeded},
+	} {
+		if got := CodeOf(tt.err); got != tt.want {
+			t.Errorf("CodeOf(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }

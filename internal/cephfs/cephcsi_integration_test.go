@@ -13,6 +13,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
@@ -57,7 +58,7 @@ func (e *env) serveCephCSIMap(t *testing.T) {
 	_, store := cephcsitest.ClusterMap(t, e.cl, cephcsiExtra(e.group), "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	e.ctrl = NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), CloneWait: time.Minute})
+	e.ctrl = NewController(Options{Clusters: store, Pool: pool, Locks: oplock.New(), CloneWait: time.Minute})
 	g, err := server.NewGRPC("unix://"+filepath.Join(t.TempDir(), "csi.sock"), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)

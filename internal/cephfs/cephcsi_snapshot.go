@@ -10,6 +10,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephname"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
@@ -261,7 +262,7 @@ func (c *Controller) listCSIIn(ctx context.Context, cl v1.Cluster, conn *ceph.Co
 // source volume's.
 func checkSnapshotFS(p map[string]string, s site) error {
 	if v, ok := p[paramFSName]; ok && v != s.fs.Name {
-		return controller.InvalidParam(paramFSName, "%q is not the filesystem of the source volume (%q)", v, s.fs.Name)
+		return classparam.InvalidParam(paramFSName, "%q is not the filesystem of the source volume (%q)", v, s.fs.Name)
 	}
 	return nil
 }

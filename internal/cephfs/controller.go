@@ -11,7 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/volcap"
 )
 
@@ -24,7 +24,7 @@ const DefaultCloneWait = 8 * time.Second
 type Options struct {
 	Clusters *clustermap.Store
 	Pool     *ceph.Pool
-	Locks    *server.OpLocks
+	Locks    *oplock.Locks
 	// DefaultSize is the quota of a volume whose request names no capacity.
 	DefaultSize int64
 	// CloneWait is how long CreateVolume waits for a clone to finish before answering

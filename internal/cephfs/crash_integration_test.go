@@ -1,18 +1,13 @@
 package cephfs
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/childtest"
-	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -95,14 +90,7 @@ func TestCrashChild(t *testing.T) {
 func runChild(t *testing.T, op crashOp, point string) {
 	t.Helper()
 	b, _ := json.Marshal(op)
-	cmd := childtest.Command(t, "TestCrashChild", crashEnv+"="+string(b), faultpoint.EnvVar+"="+point)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child at %s: %v, want death by SIGKILL; output:\n%s", point, err, out.String())
-	}
+	childtest.RunToFaultPoint(t, "TestCrashChild", point, crashEnv+"="+string(b))
 }
 
 // TestCrashSafety kills the CephFS controller after each journal, reference-tracker and Ceph

@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -84,11 +85,11 @@ func validateGroupCreate(req *csi.CreateVolumeGroupSnapshotRequest) ([]string, [
 		}
 		vols = append(vols, v)
 	}
-	if err := controller.UnknownParams(req.GetParameters(), paramClusterID, paramFSName); err != nil {
+	if err := classparam.UnknownParams(req.GetParameters(), paramClusterID, paramFSName); err != nil {
 		return nil, nil, err
 	}
 	if c, ok := req.GetParameters()[paramClusterID]; ok && c != vols[0].ClusterID {
-		return nil, nil, controller.InvalidParam(paramClusterID, "the volumes are on cluster %q", vols[0].ClusterID)
+		return nil, nil, classparam.InvalidParam(paramClusterID, "the volumes are on cluster %q", vols[0].ClusterID)
 	}
 	return ids, vols, nil
 }
@@ -119,7 +120,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	}
 	defer s.release()
 	if fs, ok := req.GetParameters()[paramFSName]; ok && fs != s.fs.Name {
-		return nil, controller.InvalidParam(paramFSName, "the volumes are on filesystem %q", s.fs.Name)
+		return nil, classparam.InvalidParam(paramFSName, "the volumes are on filesystem %q", s.fs.Name)
 	}
 	joined := strings.Join(ids, ",")
 	gid := volid.CephFSGroupSnapshot{ClusterID: first.ClusterID, FSCID: first.FSCID}

@@ -15,6 +15,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -50,7 +51,7 @@ func newEnvIn(t testing.TB, tag string) *env {
 	store := cl.Clusters(t, fmt.Sprintf(`"cephFS":{"subvolumeGroup":%q,"radosNamespace":%q}`, tag, tag))
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	ctrl := NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks()})
+	ctrl := NewController(Options{Clusters: store, Pool: pool, Locks: oplock.New()})
 	g, err := server.NewGRPC("unix://"+filepath.Join(dir, "csi.sock"), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/journal"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -63,24 +63,24 @@ func parsePins(m map[string]string) (pins, error) {
 		case paramPinExport:
 			n, err := strconv.ParseInt(v, 10, 32)
 			if err != nil || n < -1 {
-				return p, controller.InvalidMutableParam(k, "%q: want an MDS rank, or -1 for none", v)
+				return p, classparam.InvalidMutableParam(k, "%q: want an MDS rank, or -1 for none", v)
 			}
 			p.export = n
 		case paramPinDistributed:
 			b, err := strconv.ParseBool(v)
 			if err != nil {
-				return p, controller.InvalidMutableParam(k, "%q: want true or false", v)
+				return p, classparam.InvalidMutableParam(k, "%q: want true or false", v)
 			}
 			p.distributed = b
 		case paramPinRandom:
 			f, err := strconv.ParseFloat(v, 64)
 			// written so that NaN, which compares false with everything, fails too
 			if err != nil || !(f >= 0 && f <= 1) {
-				return p, controller.InvalidMutableParam(k, "%q: want a fraction from 0 to 1", v)
+				return p, classparam.InvalidMutableParam(k, "%q: want a fraction from 0 to 1", v)
 			}
 			p.random = f
 		default:
-			return p, controller.InvalidMutableParam(k, "unknown (known: %s)", strings.Join([]string{paramPinDistributed, paramPinExport, paramPinRandom}, ", "))
+			return p, classparam.InvalidMutableParam(k, "unknown (known: %s)", strings.Join([]string{paramPinDistributed, paramPinExport, paramPinRandom}, ", "))
 		}
 	}
 	return p, nil
@@ -135,7 +135,7 @@ func checkPins(ctx context.Context, s site, want pins) error {
 		return fmt.Errorf("read mds_export_ephemeral_random_max: %q: %w", out, err)
 	}
 	if want.random > max {
-		return controller.InvalidMutableParam(paramPinRandom, "%s is above the cluster's mds_export_ephemeral_random_max (%s)",
+		return classparam.InvalidMutableParam(paramPinRandom, "%s is above the cluster's mds_export_ephemeral_random_max (%s)",
 			strconv.FormatFloat(want.random, 'g', -1, 64), strconv.FormatFloat(max, 'g', -1, 64))
 	}
 	return nil

@@ -5,8 +5,9 @@ import (
 	"strings"
 
 	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/cephcsiparam"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
-	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/classparam"
 )
 
 // StorageClass parameter keys.
@@ -36,36 +37,36 @@ type volumeParams struct {
 }
 
 func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error)) (volumeParams, error) {
-	if err := controller.CephCSIParams(p, cephCSIFSParams); err != nil {
+	if err := cephcsiparam.Check(p, cephCSIFSParams); err != nil {
 		return volumeParams{}, err
 	}
 	known := []string{paramClusterID, paramFSName, paramSubvolumeGroup, paramPool, paramMounter,
 		paramKernelMountOptions, paramFuseMountOptions, paramBackingSnapshot}
-	if err := controller.UnknownParams(p, append(known, cephCSIFSParams.Keys()...)...); err != nil {
+	if err := classparam.UnknownParams(p, append(known, cephCSIFSParams.Keys()...)...); err != nil {
 		return volumeParams{}, err
 	}
 	v := volumeParams{ClusterID: p[paramClusterID], FSName: p[paramFSName], Group: p[paramSubvolumeGroup], Pool: p[paramPool],
 		Mounter: p[paramMounter], KernelOptions: p[paramKernelMountOptions], FuseOptions: p[paramFuseMountOptions], BackingSnapshot: true}
 	switch {
 	case v.ClusterID == "":
-		return v, controller.InvalidParam(paramClusterID, "is missing")
+		return v, classparam.InvalidParam(paramClusterID, "is missing")
 	case v.FSName == "":
-		return v, controller.InvalidParam(paramFSName, "is missing")
+		return v, classparam.InvalidParam(paramFSName, "is missing")
 	case len(v.Group) > maxGroupLen:
-		return v, controller.InvalidParam(paramSubvolumeGroup, "%q: want at most %d characters", v.Group, maxGroupLen)
+		return v, classparam.InvalidParam(paramSubvolumeGroup, "%q: want at most %d characters", v.Group, maxGroupLen)
 	case v.Mounter != "" && v.Mounter != volumecontext.MounterFuse && v.Mounter != volumecontext.MounterKernel:
-		return v, controller.InvalidParam(paramMounter, "%q: want fuse or kernel", v.Mounter)
+		return v, classparam.InvalidParam(paramMounter, "%q: want fuse or kernel", v.Mounter)
 	case strings.ContainsAny(v.KernelOptions, " \n"):
-		return v, controller.InvalidParam(paramKernelMountOptions, "must be one comma-separated list without spaces")
+		return v, classparam.InvalidParam(paramKernelMountOptions, "must be one comma-separated list without spaces")
 	}
 	// the node's rules (volumecontext.Parse) for the filesystem and the subvolume path
-	if err := controller.NameParams(p, paramFSName, paramPool, paramSubvolumeGroup); err != nil {
+	if err := classparam.NameParams(p, paramFSName, paramPool, paramSubvolumeGroup); err != nil {
 		return v, err
 	}
 	if s, ok := p[paramBackingSnapshot]; ok {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
-			return v, controller.InvalidParam(paramBackingSnapshot, "%q: want true or false", s)
+			return v, classparam.InvalidParam(paramBackingSnapshot, "%q: want true or false", s)
 		}
 		v.BackingSnapshot = b
 	}
@@ -80,9 +81,9 @@ func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error))
 }
 
 // cephCSIFSParams are ceph-csi's CephFS StorageClass keys beyond the ones monoceph shares with
-// it (see controller.CephCSIParams).
-var cephCSIFSParams = controller.CephCSIKeys{
-	"volumeNamePrefix": controller.OnlyValue("csi-vol-", "custom subvolume name prefixes"),
-	"encrypted":        controller.NotTrue("encryption"),
-	"encryptionKMSID":  controller.Ignored, // only read with encrypted: "true"
+// it (see cephcsiparam.Check).
+var cephCSIFSParams = cephcsiparam.Keys{
+	"volumeNamePrefix": cephcsiparam.OnlyValue("csi-vol-", "custom subvolume name prefixes"),
+	"encrypted":        cephcsiparam.NotTrue("encryption"),
+	"encryptionKMSID":  cephcsiparam.Ignored, // only read with encrypted: "true"
 }

@@ -65,8 +65,29 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if sid.csi != nil {
 		return c.createCSISnapshot(ctx, req, s, *sid.csi)
 	}
-	src := sid.mono
-	vol, err := journal.Get(ctx, s.journal(), journal.Volume, src.UID)
+	rec, err := reserveSnapshot(ctx, s, req, sid.mono.UID)
+	if err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("cephfs.CreateSnapshot.reserved")
+	id := volid.CephFSSnapshot{CephFSVolume: sid.mono, SnapUID: rec.UID}
+	if snap, ok := snapshotFromRecord(*rec, id); ok {
+		return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+	}
+	if err := c.cutSnapshot(ctx, s, cl.ClusterID, req, rec); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", s.fs.Name+"/"+rec.Attrs[attrGroup]+"/"+rec.Attrs[attrSubvolume]+"@"+snapName(rec.UID), "name", name)
+	out, _ := snapshotFromRecord(*rec, id)
+	return &csi.CreateSnapshotResponse{Snapshot: out}, nil
+}
+
+// reserveSnapshot reserves the snapshot's name for a ready, non-shallow source volume, with
+// what the snapshot needs to outlive the volume's reservation; a reservation found again must
+// be of the same source.
+func reserveSnapshot(ctx context.Context, s site, req *csi.CreateSnapshotRequest, srcUID string) (*journal.Record, error) {
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
+	vol, err := journal.Get(ctx, s.journal(), journal.Volume, srcUID)
 	if err != nil {
 		return nil, err
 	}
@@ -86,43 +107,39 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if !created && rec.Attrs[attrSourceVolume] != srcID {
 		return nil, status.Errorf(codes.AlreadyExists, "snapshot %q exists for source volume %q, not %q", name, rec.Attrs[attrSourceVolume], srcID)
 	}
-	faultpoint.Hit("cephfs.CreateSnapshot.reserved")
-	id := volid.CephFSSnapshot{CephFSVolume: src, SnapUID: rec.UID}
-	if snap, ok := snapshotFromRecord(*rec, id); ok {
-		return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
-	}
+	return rec, nil
+}
+
+// cutSnapshot cuts the reservation's subvolume snapshot (one an earlier attempt cut is
+// taken as is), owns it, and records its creation time.
+func (c *Controller) cutSnapshot(ctx context.Context, s site, clusterID string, req *csi.CreateSnapshotRequest, rec *journal.Record) error {
 	// the reference tracker exists before the snapshot, so no shallow volume can ever find a
 	// snapshot without one
 	if err := c.trackSnapshot(ctx, s, rec); err != nil {
-		return nil, err
+		return err
 	}
 	group, sub, snap := rec.Attrs[attrGroup], rec.Attrs[attrSubvolume], snapName(rec.UID)
-	err = s.admin.CreateSubVolumeSnapshot(s.fs.Name, group, sub, snap)
+	err := s.admin.CreateSubVolumeSnapshot(s.fs.Name, group, sub, snap)
 	if err != nil && !ceph.Is(err, ceph.ErrExists) {
 		err = ceph.Wrap("snapshot "+sub, err)
 		if isNotFound(err) {
 			// the subvolume went away after the journal said it was there: no snapshot was
 			// cut, so its tracker and reservation go too
-			return nil, c.abandonSnapshot(ctx, s, rec, err)
+			return c.abandonSnapshot(ctx, s, rec, err)
 		}
-		return nil, err
+		return err
 	}
 	faultpoint.Hit("cephfs.CreateSnapshot.cut")
-	if err := c.setOwner(ctx, cl.ClusterID, s, group, sub, snap, owner.FromParams(req.GetParameters(), owner.SnapshotKeys, c.opts.ClusterName), true); err != nil {
-		return nil, err
+	if err := c.setOwner(ctx, clusterID, s, group, sub, snap, owner.FromParams(req.GetParameters(), owner.SnapshotKeys, c.opts.ClusterName), true); err != nil {
+		return err
 	}
 	info, err := s.admin.SubVolumeSnapshotInfo(s.fs.Name, group, sub, snap)
 	if err != nil {
-		return nil, ceph.Wrap("snapshot info", err)
+		return ceph.Wrap("snapshot info", err)
 	}
 	// the volumes module prints local time without a zone; the mgr runs in UTC in containers
 	rec.Attrs[attrCreated] = info.CreatedAt.UTC().Format(time.RFC3339Nano)
-	if err := journal.SetAttrs(ctx, s.journal(), journal.Snapshot, rec); err != nil {
-		return nil, err
-	}
-	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", s.fs.Name+"/"+group+"/"+sub+"@"+snap, "name", name)
-	out, _ := snapshotFromRecord(*rec, id)
-	return &csi.CreateSnapshotResponse{Snapshot: out}, nil
+	return journal.SetAttrs(ctx, s.journal(), journal.Snapshot, rec)
 }
 
 // abandonSnapshot removes what CreateSnapshot made before the snapshot failed for good (the

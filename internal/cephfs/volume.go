@@ -14,6 +14,7 @@ import (
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -136,16 +137,15 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	defer unlock()
 	s, err := c.openSite(ctx, r.cluster, req.GetSecrets(), r.params.FSName, -1)
 	if errors.Is(err, ceph.ErrNotFound) {
-		return nil, controller.InvalidParam(paramFSName, "filesystem %q does not exist", r.params.FSName)
+		return nil, classparam.InvalidParam(paramFSName, "filesystem %q does not exist", r.params.FSName)
 	}
 	if err != nil {
 		return nil, err
 	}
 	defer s.release()
 	c.RememberClassUser(req.GetParameters(), req.GetSecrets()) // for GetCapacity
-	fs := s.fs
-	if _, fscid := sourceIDs(r.src); fscid >= 0 && fscid != fs.ID {
-		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on another filesystem than %q", fs.Name)
+	if _, fscid := sourceIDs(r.src); fscid >= 0 && fscid != s.fs.ID {
+		return nil, status.Errorf(codes.InvalidArgument, "volume_content_source is on another filesystem than %q", s.fs.Name)
 	}
 	if r.shallow {
 		b, err := c.backingOf(ctx, s, r.src)
@@ -154,17 +154,47 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		}
 		return c.createShallow(ctx, s, r, b)
 	}
-	if err := c.checkPool(ctx, r.cluster, s, r.params.Pool); err != nil {
-		return nil, err
-	}
-	if err := checkPins(ctx, s, r.pins); err != nil {
-		return nil, err
-	}
-	srcInfo, err := c.checkSource(ctx, s, r)
+	srcInfo, err := c.checkPlacement(ctx, s, r)
 	if err != nil {
 		return nil, err
 	}
+	rec, created, err := c.reserveVolume(ctx, s, &r, srcInfo)
+	if err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("cephfs.CreateVolume.reserved")
+	if err := c.ensureSubvolume(ctx, s, r, rec, srcInfo); err != nil {
+		return nil, err
+	}
+	if err := c.settleVolume(ctx, s, req, r, rec, created); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume ready", "name", req.GetName(), "subvolume", s.fs.Name+"/"+rec.Attrs[attrGroup]+"/"+subvolumeName(rec.UID), "size", r.size, "resumed", !created)
+	id := volid.CephFSVolume{ClusterID: r.params.ClusterID, FSCID: s.fs.ID, UID: rec.UID}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
+		VolumeId:      id.String(),
+		CapacityBytes: r.size,
+		VolumeContext: volumecontext.Volume{ClusterID: r.params.ClusterID, FSName: s.fs.Name, RootPath: rec.Attrs[attrRootPath],
+			Mounter: r.params.Mounter, FuseMountOptions: r.params.FuseOptions, KernelMountOptions: r.params.KernelOptions}.Map(),
+		ContentSource: req.GetVolumeContentSource(),
+	}}, nil
+}
 
+// checkPlacement checks, before anything is reserved, what the volumes module would refuse
+// only after the reservation: the pool, the pins and the source.
+func (c *Controller) checkPlacement(ctx context.Context, s site, r request) (sourceInfo, error) {
+	if err := c.checkPool(ctx, r.cluster, s, r.params.Pool); err != nil {
+		return sourceInfo{}, err
+	}
+	if err := checkPins(ctx, s, r.pins); err != nil {
+		return sourceInfo{}, err
+	}
+	return c.checkSource(ctx, s, r)
+}
+
+// reserveVolume reserves the volume's name in the journal. A reservation found again (a
+// retried or resumed create) must match the request, and its recorded size wins.
+func (c *Controller) reserveVolume(ctx context.Context, s site, r *request, srcInfo sourceInfo) (*journal.Record, bool, error) {
 	attrs := map[string]string{
 		attrSize: strconv.FormatInt(r.size, 10), attrSource: r.src.String(), attrGroup: r.params.Group,
 		attrPool: r.params.Pool, attrKind: kindSubvolume,
@@ -172,72 +202,69 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if srcInfo.transient {
 		attrs[attrSrcGroup], attrs[attrSrcSubvolume] = srcInfo.group, srcInfo.subvolume
 	}
-	rec, created, err := journal.Reserve(ctx, s.journal(), journal.Volume, req.GetName(), attrs)
+	rec, created, err := journal.Reserve(ctx, s.journal(), journal.Volume, r.req.GetName(), attrs)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if !created {
-		if err := compatible(rec, req, r.src, kindSubvolume); err != nil {
-			return nil, err
+		if err := compatible(rec, r.req, r.src, kindSubvolume); err != nil {
+			return nil, false, err
 		}
 		r.size, _ = strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
 	}
-	faultpoint.Hit("cephfs.CreateVolume.reserved")
-	group, name := rec.Attrs[attrGroup], subvolumeName(rec.UID)
+	return rec, created, nil
+}
 
-	if rec.Attrs[attrState] != stateReady {
-		if err := c.ensureGroup(r.params.ClusterID, s, group); err != nil {
-			return nil, err
-		}
-		switch {
-		case r.src.Snap != nil || r.src.Vol != nil:
-			err = c.ensureClone(ctx, s, rec, srcInfo, uint64(r.size))
-		default:
-			err = ceph.Wrap("create subvolume "+name, s.admin.CreateSubVolume(fs.Name, group, name,
-				&admin.SubVolumeOptions{Size: admin.ByteCount(r.size), PoolLayout: rec.Attrs[attrPool]}))
-			if isNotFound(err) { // the group went away behind our cache
-				c.forgetGroup(r.params.ClusterID, s, group)
-			}
-		}
-		if err != nil {
-			c.giveBack(ctx, s, rec, err)
-			return nil, err
-		}
-		faultpoint.Hit("cephfs.CreateVolume.subvolume")
-		path, err := s.admin.SubVolumePath(fs.Name, group, name)
-		if err != nil {
-			return nil, ceph.Wrap("get path of "+name, err)
-		}
-		rec.Attrs[attrRootPath], rec.Attrs[attrState] = path, stateReady
-		if err := journal.SetAttrs(ctx, s.journal(), journal.Volume, rec); err != nil {
-			return nil, err
+// ensureSubvolume creates the reservation's subvolume unless an earlier attempt made it
+// ready, and records its path; a create that fails gives the reservation back.
+func (c *Controller) ensureSubvolume(ctx context.Context, s site, r request, rec *journal.Record, srcInfo sourceInfo) error {
+	if rec.Attrs[attrState] == stateReady {
+		return nil
+	}
+	group, name := rec.Attrs[attrGroup], subvolumeName(rec.UID)
+	if err := c.ensureGroup(r.params.ClusterID, s, group); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case r.src.Snap != nil || r.src.Vol != nil:
+		err = c.ensureClone(ctx, s, rec, srcInfo, uint64(r.size))
+	default:
+		err = ceph.Wrap("create subvolume "+name, s.admin.CreateSubVolume(s.fs.Name, group, name,
+			&admin.SubVolumeOptions{Size: admin.ByteCount(r.size), PoolLayout: rec.Attrs[attrPool]}))
+		if isNotFound(err) { // the group went away behind our cache
+			c.forgetGroup(r.params.ClusterID, s, group)
 		}
 	}
-	// every time, not only for a new subvolume: a crash after the create may have come first
+	if err != nil {
+		c.giveBack(ctx, s, rec, err)
+		return err
+	}
+	faultpoint.Hit("cephfs.CreateVolume.subvolume")
+	path, err := s.admin.SubVolumePath(s.fs.Name, group, name)
+	if err != nil {
+		return ceph.Wrap("get path of "+name, err)
+	}
+	rec.Attrs[attrRootPath], rec.Attrs[attrState] = path, stateReady
+	return journal.SetAttrs(ctx, s.journal(), journal.Volume, rec)
+}
+
+// settleVolume applies the pins and the owner every time, not only for a new subvolume: a
+// crash after the create may have come first, and a subvolume the CO was given names its PV.
+func (c *Controller) settleVolume(ctx context.Context, s site, req *csi.CreateVolumeRequest, r request, rec *journal.Record, created bool) error {
+	group, name := rec.Attrs[attrGroup], subvolumeName(rec.UID)
 	if err := c.applyPins(ctx, s, rec, r.pins); err != nil {
 		if created && controller.Permanent(err) {
 			// nobody was ever given this subvolume: a create that fails for good takes it
 			// back with its reservation
-			if rerr := s.admin.RemoveSubVolumeWithFlags(fs.Name, group, name, admin.SubVolRmFlags{Force: true}); rerr != nil && !isNotFound(rerr) {
+			if rerr := s.admin.RemoveSubVolumeWithFlags(s.fs.Name, group, name, admin.SubVolRmFlags{Force: true}); rerr != nil && !isNotFound(rerr) {
 				klog.FromContext(ctx).Error(rerr, "Could not remove the subvolume of a failed create", "subvolume", name)
 			}
 			c.giveBack(ctx, s, rec, err)
 		}
-		return nil, err
+		return err
 	}
-	// every time too, before the volume is answered: a subvolume the CO was given names its PV
-	if err := c.setOwner(ctx, r.params.ClusterID, s, group, name, "", owner.FromParams(req.GetParameters(), owner.VolumeKeys, c.opts.ClusterName), true); err != nil {
-		return nil, err
-	}
-	klog.FromContext(ctx).V(2).Info("Volume ready", "name", req.GetName(), "subvolume", fs.Name+"/"+group+"/"+name, "size", r.size, "resumed", !created)
-	id := volid.CephFSVolume{ClusterID: r.params.ClusterID, FSCID: fs.ID, UID: rec.UID}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
-		VolumeId:      id.String(),
-		CapacityBytes: r.size,
-		VolumeContext: volumecontext.Volume{ClusterID: r.params.ClusterID, FSName: fs.Name, RootPath: rec.Attrs[attrRootPath],
-			Mounter: r.params.Mounter, FuseMountOptions: r.params.FuseOptions, KernelMountOptions: r.params.KernelOptions}.Map(),
-		ContentSource: req.GetVolumeContentSource(),
-	}}, nil
+	return c.setOwner(ctx, r.params.ClusterID, s, group, name, "", owner.FromParams(req.GetParameters(), owner.VolumeKeys, c.opts.ClusterName), true)
 }
 
 // checkPool checks that a StorageClass's pool is a data pool of the filesystem before anything
@@ -256,7 +283,7 @@ func (c *Controller) checkPool(ctx context.Context, cl v1.Cluster, s site, pool 
 			return nil
 		}
 	}
-	return controller.InvalidParam(paramPool, "%q is not a data pool of filesystem %q (its data pools: %s)", pool, s.fs.Name, strings.Join(s.fs.DataPools, ", "))
+	return classparam.InvalidParam(paramPool, "%q is not a data pool of filesystem %q (its data pools: %s)", pool, s.fs.Name, strings.Join(s.fs.DataPools, ", "))
 }
 
 // giveBack releases rec, the reservation of a create that failed for good (see

@@ -1,18 +1,23 @@
 // Package childtest runs the test binary again as a helper process that executes one test
 // function and talks to the test in lines: a Ceph client from another source address, a
 // client that never reads its streams. What the helper holds (connections, goroutines,
-// memory) is then not counted as the process under test's.
+// memory) is then not counted as the process under test's. It also runs one to a fault point
+// (package faultpoint) for crash-safety tests.
 package childtest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/faultpoint"
 )
 
 // Prefix starts every line a helper writes for the test; other output (test logs) passes by.
@@ -41,6 +46,20 @@ func Command(t testing.TB, test string, env ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 	cmd.Env = append(append(os.Environ(), "TMPDIR="+dir), env...)
 	return cmd
+}
+
+// RunToFaultPoint runs the test function named test with env added and the fault point
+// point armed, and fails t unless the helper died by SIGKILL, as faultpoint.Hit kills it: a
+// helper that ends any other way did not reach the point (or crashed before it), and the
+// state the test checks next would prove nothing. The failure shows the helper's output.
+func RunToFaultPoint(t testing.TB, test, point string, env ...string) {
+	t.Helper()
+	cmd := Command(t, test, append(env, faultpoint.EnvVar+"="+point)...)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child %s at %s: %v, want death by SIGKILL; output:\n%s", test, point, err, out)
+	}
 }
 
 // Start runs the test function named test (which must skip itself unless its environment

@@ -9,6 +9,7 @@ import (
 
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -36,7 +37,7 @@ func NewClassUsers() *ClassUsers { return &ClassUsers{users: map[string]ceph.Cre
 func classKey(params map[string]string) string {
 	own := make(map[string]string, len(params))
 	for k, v := range params {
-		if !strings.HasPrefix(k, ReservedPrefix) {
+		if !strings.HasPrefix(k, classparam.ReservedPrefix) {
 			own[k] = v
 		}
 	}

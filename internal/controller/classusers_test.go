@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/classparam"
 )
 
 func TestClassUsers(t *testing.T) {
@@ -16,7 +17,7 @@ func TestClassUsers(t *testing.T) {
 		return c
 	}
 	u := NewClassUsers()
-	u.Remember(map[string]string{"clusterID": "c", "pool": "a", ReservedPrefix + "pvc/name": "pvc-1"}, cred("alice"))
+	u.Remember(map[string]string{"clusterID": "c", "pool": "a", classparam.ReservedPrefix + "pvc/name": "pvc-1"}, cred("alice"))
 	u.Remember(map[string]string{"clusterID": "c", "pool": "b"}, cred("bob"))
 	for _, tt := range []struct {
 		name   string
@@ -24,7 +25,7 @@ func TestClassUsers(t *testing.T) {
 		want   string // user ID; "" for none
 	}{
 		{"GetCapacity's parameters, with the provisioner's keys", map[string]string{"clusterID": "c", "pool": "a",
-			ReservedPrefix + "provisioner-secret-name": "s", ReservedPrefix + "provisioner-secret-namespace": "n"}, "alice"},
+			classparam.ReservedPrefix + "provisioner-secret-name": "s", classparam.ReservedPrefix + "provisioner-secret-namespace": "n"}, "alice"},
 		{"another class", map[string]string{"clusterID": "c", "pool": "b"}, "bob"},
 		{"a class with one more parameter", map[string]string{"clusterID": "c", "pool": "a", "dataPool": "ec"}, ""},
 		{"a class with one parameter less", map[string]string{"clusterID": "c"}, ""},

@@ -1,26 +1,20 @@
 // Package controller holds what the RBD and CephFS controller services share: connecting with
-// an RPC's secrets, parameter checks, error helpers, snapshot list paging and capability lists.
+// an RPC's secrets, error helpers, snapshot list paging and capability lists.
 package controller
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/cephname"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// ReservedPrefix marks parameters that belong to the CO and the sidecars (secret references,
-// PVC metadata, fstype); drivers ignore them.
-const ReservedPrefix = "csi.storage.k8s.io/"
 
 // Base is embedded by both controllers.
 type Base struct {
@@ -60,38 +54,10 @@ func (b Base) ConnectMgr(ctx context.Context, cl v1.Cluster, secrets map[string]
 	return b.Pool.GetForMgr(ctx, cl.MonHost(), cred)
 }
 
-// InvalidParam is INVALID_ARGUMENT naming a parameter.
+// InvalidParam is classparam.InvalidParam, for internal/rbd/volume.go, which another change
+// is editing; that file moves to classparam with the merge, and this goes.
 func InvalidParam(key, format string, a ...any) error {
-	return status.Errorf(codes.InvalidArgument, "parameters[%q]: %s", key, fmt.Sprintf(format, a...))
-}
-
-// NameParams checks that the values of keys present in p are strict Ceph names
-// (internal/cephname). The node refuses any other name (it reaches command lines and paths
-// there), so a class asking for one fails at CreateVolume instead of at every stage.
-func NameParams(p map[string]string, keys ...string) error {
-	for _, k := range keys {
-		if v, ok := p[k]; ok && v != "" {
-			if err := cephname.Check(v); err != nil {
-				return InvalidParam(k, "%q: %v", v, err)
-			}
-		}
-	}
-	return nil
-}
-
-// UnknownParams rejects keys that are neither known nor reserved, so a misspelt parameter
-// fails loudly instead of silently falling back to a default.
-func UnknownParams(p map[string]string, known ...string) error {
-	ok := map[string]bool{}
-	for _, k := range known {
-		ok[k] = true
-	}
-	for k := range p {
-		if !ok[k] && !strings.HasPrefix(k, ReservedPrefix) {
-			return status.Errorf(codes.InvalidArgument, "parameters: unknown key %q (known: %s)", k, strings.Join(known, ", "))
-		}
-	}
-	return nil
+	return classparam.InvalidParam(key, format, a...)
 }
 
 // NotFoundf is NOT_FOUND.
@@ -144,10 +110,4 @@ func Permanent(err error) bool {
 		return false
 	}
 	return errors.Is(err, ceph.ErrInvalid) || errors.Is(err, ceph.ErrNotFound)
-}
-
-// InvalidMutableParam is INVALID_ARGUMENT naming a mutable parameter (a VolumeAttributesClass
-// parameter).
-func InvalidMutableParam(key, format string, a ...any) error {
-	return status.Errorf(codes.InvalidArgument, "mutable_parameters[%q]: %s", key, fmt.Sprintf(format, a...))
 }

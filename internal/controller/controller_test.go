@@ -47,16 +47,6 @@ func TestPage(t *testing.T) {
 	}
 }
 
-func TestUnknownParams(t *testing.T) {
-	if err := UnknownParams(map[string]string{"pool": "x", "csi.storage.k8s.io/fstype": "ext4"}, "pool"); err != nil {
-		t.Fatal(err)
-	}
-	err := UnknownParams(map[string]string{"Pool": "x"}, "pool")
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `"Pool"`) {
-		t.Fatalf("err = %v", err)
-	}
-}
-
 func TestGroupSnapshotChecks(t *testing.T) {
 	for _, tt := range []struct {
 		name string

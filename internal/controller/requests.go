@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/volcap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -76,11 +77,11 @@ func CheckCreateSnapshot(req *csi.CreateSnapshotRequest, known ...string) error 
 		return status.Error(codes.InvalidArgument, "source_volume_id is missing")
 	}
 	p := req.GetParameters()
-	if err := UnknownParams(p, append([]string{ParamClusterID, ParamSnapshotNamePrefix}, known...)...); err != nil {
+	if err := classparam.UnknownParams(p, append([]string{ParamClusterID, ParamSnapshotNamePrefix}, known...)...); err != nil {
 		return err
 	}
 	if v, ok := p[ParamSnapshotNamePrefix]; ok && v != DefaultSnapshotNamePrefix {
-		return InvalidParam(ParamSnapshotNamePrefix, "%q: custom snapshot name prefixes are not supported (snapshots are named %s<ID>); remove the key or set it to %q",
+		return classparam.InvalidParam(ParamSnapshotNamePrefix, "%q: custom snapshot name prefixes are not supported (snapshots are named %s<ID>); remove the key or set it to %q",
 			v, DefaultSnapshotNamePrefix, DefaultSnapshotNamePrefix)
 	}
 	return nil
@@ -91,7 +92,7 @@ func CheckCreateSnapshot(req *csi.CreateSnapshotRequest, known ...string) error 
 // mistake worth stopping.
 func CheckSnapshotCluster(p map[string]string, srcID, srcCluster string) error {
 	if v, ok := p[ParamClusterID]; ok && v != srcCluster {
-		return InvalidParam(ParamClusterID, "%q is not the cluster of source volume %s (%q)", v, srcID, srcCluster)
+		return classparam.InvalidParam(ParamClusterID, "%q is not the cluster of source volume %s (%q)", v, srcID, srcCluster)
 	}
 	return nil
 }

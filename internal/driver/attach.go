@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/kubecsi"
 	"github.com/monoceph/monoceph/internal/nodefence"
 	"github.com/monoceph/monoceph/internal/rbd"
@@ -159,7 +159,7 @@ func (d *Driver) newFencer() (*nodefence.Fencer, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return fence.NewDirect(conn, cl, d.cfg.fenceOptions()), conn.Release, nil
+		return blocklist.NewDirect(conn, cl, d.cfg.fenceOptions().Options), conn.Release, nil
 	}
 	networks, _ := nodefence.ParseNodeNetworks(a.FenceNodeNetworks) // checked by Complete
 	var backend nodefence.Backend = &nodefence.RBD{Driver: d.cfg.DriverName, Connect: connect}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/endpoint"
 )
 
 // Type is the storage backend a process serves.
@@ -83,7 +83,7 @@ type Config struct {
 
 	// CSIAddonsEndpoint is the csi-addons socket (Identity, FenceController); "" serves none.
 	CSIAddonsEndpoint string
-	// FenceExpiry is how long fence entries live (0: fence.DefaultExpiry).
+	// FenceExpiry is how long fence entries live (0: blocklist.DefaultExpiry).
 	FenceExpiry time.Duration
 	// FenceFallbackMaxPrefixV4 and V6 bound the per-address fallback (0: fence defaults).
 	FenceFallbackMaxPrefixV4 int
@@ -147,14 +147,14 @@ func (c *Config) Complete() error {
 	if c.Mode == ModeMounter && strings.TrimSpace(c.Endpoint) == "" {
 		c.Endpoint = c.DefaultMounterEndpoint()
 	}
-	if _, err := server.SocketPath(c.Endpoint); err != nil {
+	if _, err := endpoint.SocketPath(c.Endpoint); err != nil {
 		return fmt.Errorf("--endpoint: %w", err)
 	}
 	if c.MounterEndpoint != "" {
 		if !c.RunsNode() {
 			return fmt.Errorf("--mounter-endpoint: only node and all modes use a mount holder, not --mode=%s", c.Mode)
 		}
-		if _, err := server.SocketPath(c.MounterEndpoint); err != nil {
+		if _, err := endpoint.SocketPath(c.MounterEndpoint); err != nil {
 			return fmt.Errorf("--mounter-endpoint: %w", err)
 		}
 	}

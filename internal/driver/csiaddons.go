@@ -5,8 +5,9 @@ import (
 	"fmt"
 
 	identitypb "github.com/csi-addons/spec/lib/go/identity"
+	"github.com/monoceph/monoceph/internal/blocklist"
+	"github.com/monoceph/monoceph/internal/endpoint"
 	"github.com/monoceph/monoceph/internal/fence"
-	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/version"
 )
 
@@ -19,11 +20,11 @@ func (c *Config) completeCSIAddons() error {
 	if !c.RunsController() && c.Type != TypeRBD {
 		return errors.New("--csi-addons-endpoint: a CephFS node serves no csi-addons service (network fencing runs with the controller, and CephFS has no space to reclaim): use --mode=controller or all, or drop the flag")
 	}
-	addons, err := server.SocketPath(c.CSIAddonsEndpoint)
+	addons, err := endpoint.SocketPath(c.CSIAddonsEndpoint)
 	if err != nil {
 		return fmt.Errorf("--csi-addons-endpoint: %w", err)
 	}
-	if csi, _ := server.SocketPath(c.Endpoint); csi == addons {
+	if csi, _ := endpoint.SocketPath(c.Endpoint); csi == addons {
 		return fmt.Errorf("--csi-addons-endpoint: %s is the CSI socket too; give it its own", addons)
 	}
 	if err := c.fenceOptions().Validate(); err != nil {
@@ -36,10 +37,12 @@ func (c *Config) completeCSIAddons() error {
 // process's own Ceph client address, which is the node's only where the node service runs too.
 func (c Config) fenceOptions() fence.Options {
 	return fence.Options{
-		Expiry:              c.FenceExpiry,
-		FallbackMaxPrefixV4: c.FenceFallbackMaxPrefixV4,
-		FallbackMaxPrefixV6: c.FenceFallbackMaxPrefixV6,
-		ServeFenceClients:   c.RunsNode(),
+		Options: blocklist.Options{
+			Expiry:              c.FenceExpiry,
+			FallbackMaxPrefixV4: c.FenceFallbackMaxPrefixV4,
+			FallbackMaxPrefixV6: c.FenceFallbackMaxPrefixV6,
+		},
+		ServeFenceClients: c.RunsNode(),
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/mounter"
 	"github.com/monoceph/monoceph/internal/nodefence"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	rbdnode "github.com/monoceph/monoceph/internal/rbd/node"
@@ -33,7 +34,7 @@ type Driver struct {
 	cfg      Config
 	clusters *clustermap.Store
 	pool     *ceph.Pool
-	locks    *server.OpLocks
+	locks    *oplock.Locks
 	registry *prometheus.Registry
 	metrics  *server.Metrics
 	health   *health.Checker
@@ -77,7 +78,7 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{
 		cfg:      cfg,
 		clusters: clusters,
-		locks:    server.NewOpLocks(),
+		locks:    oplock.New(),
 		registry: server.NewRegistry(),
 	}
 	d.metrics = server.NewMetrics(d.registry)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/monoceph/monoceph/internal/benchstat"
-	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/blocklist"
 )
 
 // BenchmarkFenceUnfence measures FenceClusterNetwork and UnfenceClusterNetwork over the
@@ -37,15 +37,7 @@ func BenchmarkFenceUnfence(b *testing.B) {
 	}
 	raw := c.raw(b)
 	ctx := context.Background()
-	floor := Entry{Prefix: prefixes(floorCIDR)[0], Range: true}
-	addBody, err := blocklistBody("add", floor, DefaultExpiry)
-	if err != nil {
-		b.Fatal(err)
-	}
-	rmBody, err := blocklistBody("rm", floor, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
+	floor := rangeEntry(floorCIDR)
 	timed := func(s *benchstat.Samples, f func() error) {
 		start := time.Now()
 		if err := f(); err != nil {
@@ -53,17 +45,14 @@ func BenchmarkFenceUnfence(b *testing.B) {
 		}
 		*s = append(*s, time.Since(start))
 	}
-	mon := func(op string, body []byte) func() error {
-		return func() error { _, err := ceph.MonCommandRaw(ctx, raw.conn, op, body); return err }
-	}
 
 	var rawAdd, rawRm, rawLs benchstat.Samples
 	fences := make([]benchstat.Samples, len(sizes))
 	unfences := make([]benchstat.Samples, len(sizes))
 	b.ResetTimer()
 	for range samples {
-		timed(&rawAdd, mon("osd blocklist range add", addBody))
-		timed(&rawRm, mon("osd blocklist range rm", rmBody))
+		timed(&rawAdd, func() error { return raw.Add(ctx, floor, blocklist.DefaultExpiry) })
+		timed(&rawRm, func() error { return raw.Remove(ctx, floor) })
 		timed(&rawLs, func() error { _, err := raw.List(ctx); return err })
 		for i, s := range sizes {
 			timed(&fences[i], func() error { return c.fence(b, s.cidr) })

@@ -151,8 +151,7 @@ func TestFencingIsEnforced(t *testing.T) {
 	if os.Getenv("CEPH_ARGS") == "" {
 		t.Fatal("CEPH_ARGS is unset: the rados CLI needs the cluster's environment (scripts/ceph-local.sh env)")
 	}
-	own := c.raw(t)
-	ioctx, err := own.conn.Rados().OpenIOContext(c.env.RBDPool)
+	ioctx, err := c.admin(t).Rados().OpenIOContext(c.env.RBDPool)
 	if err != nil {
 		t.Fatal(err)
 	}

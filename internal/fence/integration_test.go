@@ -4,22 +4,19 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	fencepb "github.com/csi-addons/spec/lib/go/fence"
 	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/childtest"
-	"github.com/monoceph/monoceph/internal/faultpoint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -43,15 +40,15 @@ func newOnCluster(t testing.TB, opts Options) *onCluster {
 }
 
 // newOnClusterWith lets wrap change what the server sees of the real cluster.
-func newOnClusterWith(t testing.TB, opts Options, wrap func(cluster) cluster) *onCluster {
+func newOnClusterWith(t testing.TB, opts Options, wrap func(blocklist.Cluster) blocklist.Cluster) *onCluster {
 	t.Helper()
 	env := cephtest.Env(t)
 	pool := ceph.NewPool(ceph.PoolOptions{IdleTTL: time.Minute})
 	t.Cleanup(pool.Close)
-	connect := poolConnector(pool)
+	connect := blocklist.PoolConnector(pool)
 	if wrap != nil {
 		real := connect
-		connect = func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (cluster, error) {
+		connect = func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (blocklist.Cluster, error) {
 			cl, err := real(ctx, c, cred)
 			if err != nil {
 				return nil, err
@@ -99,25 +96,31 @@ func (c *onCluster) listRPC(t testing.TB) []string {
 	return out
 }
 
-// raw opens the cluster directly, as the admin, past the server.
-func (c *onCluster) raw(t testing.TB) *cephCluster {
+// admin is a connection to the cluster as the admin, past the server.
+func (c *onCluster) admin(t testing.TB) *ceph.Conn {
 	t.Helper()
 	conn, err := c.pool.Get(context.Background(), c.env.Monitors, c.env.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(conn.Release)
-	return &cephCluster{conn: conn, key: c.env.Monitors, ranges: &rangeSupport{known: map[string]rangeProbe{}}}
+	return conn
+}
+
+// raw opens the cluster's blocklist directly, as the admin, past the server.
+func (c *onCluster) raw(t testing.TB) blocklist.Cluster {
+	t.Helper()
+	return blocklist.Open(c.admin(t), c.env.Monitors)
 }
 
 // rawEntries are the cluster's blocklist entries inside any of the prefixes.
-func (c *onCluster) rawEntries(t testing.TB, within ...string) []Listed {
+func (c *onCluster) rawEntries(t testing.TB, within ...string) []blocklist.Listed {
 	t.Helper()
 	all, err := c.raw(t).List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Listed
+	var out []blocklist.Listed
 	for _, l := range all {
 		for _, p := range prefixes(within...) {
 			if p.Overlaps(l.Prefix) {
@@ -188,7 +191,7 @@ func TestFenceOnCluster(t *testing.T) {
 		if !e.Range || !slices.Contains(canonical, e.Prefix.String()) {
 			t.Errorf("unexpected entry %+v", e)
 		}
-		if d := time.Until(e.Until) - DefaultExpiry; d < -time.Hour || d > time.Hour {
+		if d := time.Until(e.Until) - blocklist.DefaultExpiry; d < -time.Hour || d > time.Hour {
 			t.Errorf("%v expires at %v, not about 5 years from now", e.Prefix, e.Until)
 		}
 	}
@@ -197,7 +200,7 @@ func TestFenceOnCluster(t *testing.T) {
 	if err := c.fence(t, cidrList...); err != nil {
 		t.Fatal(err)
 	}
-	if again := c.rawEntries(t, canonical...); !slices.EqualFunc(again, entries, func(a, b Listed) bool { return a.Entry == b.Entry && a.Until.Equal(b.Until) }) {
+	if again := c.rawEntries(t, canonical...); !slices.EqualFunc(again, entries, func(a, b blocklist.Listed) bool { return a.Entry == b.Entry && a.Until.Equal(b.Until) }) {
 		t.Fatalf("second fence changed the entries:\n%+v\n%+v", entries, again)
 	}
 
@@ -219,7 +222,7 @@ func TestFenceOnCluster(t *testing.T) {
 }
 
 func TestFenceExpiryIsConfigurable(t *testing.T) {
-	c := newOnCluster(t, Options{Expiry: time.Hour})
+	c := newOnCluster(t, Options{Options: blocklist.Options{Expiry: time.Hour}})
 	c.cleanupEntries(t, "198.51.100.128/25")
 	if err := c.fence(t, "198.51.100.128/25"); err != nil {
 		t.Fatal(err)
@@ -237,14 +240,14 @@ func TestFenceExpiryIsConfigurable(t *testing.T) {
 }
 
 // noRanges presents the real cluster as one whose monitors lack range entries.
-type noRanges struct{ cluster }
+type noRanges struct{ blocklist.Cluster }
 
 func (noRanges) SupportsRanges(context.Context) (bool, error) { return false, nil }
 
 // The per-address fallback's commands, on real monitors: whole-address entries for every
 // address, IPv4 and IPv6, removed again by unfencing.
 func TestPerAddressFallbackOnCluster(t *testing.T) {
-	c := newOnClusterWith(t, Options{}, func(cl cluster) cluster { return noRanges{cl} })
+	c := newOnClusterWith(t, Options{}, func(cl blocklist.Cluster) blocklist.Cluster { return noRanges{cl} })
 	if ok, err := c.raw(t).SupportsRanges(context.Background()); err != nil || !ok {
 		t.Fatalf("the local cluster should support ranges (Ceph 16.2.15): %v, %v", ok, err)
 	}
@@ -271,7 +274,7 @@ func TestPerAddressFallbackOnCluster(t *testing.T) {
 	}
 	listed := c.listRPC(t)
 	for _, a := range want {
-		if !slices.Contains(listed, single(netip.MustParseAddr(a)).String()) {
+		if !slices.Contains(listed, addrEntry(a).Prefix.String()) {
 			t.Errorf("%s not in ListClusterFence %v", a, listed)
 		}
 	}
@@ -346,15 +349,15 @@ func TestGetFenceClientsOnCluster(t *testing.T) {
 func TestLeastPrivilegedUser(t *testing.T) {
 	c := newOnCluster(t, Options{})
 	ctx := context.Background()
-	raw := c.raw(t)
+	admin := c.admin(t)
 	const entity = "client.monoceph-fence-test"
-	out, err := ceph.MonCommand(ctx, raw.conn, cephtest.ReadableKey(map[string]any{"prefix": "auth get-or-create", "entity": entity,
-		"caps": []string{"mon", LeastPrivilegeMonCaps}}))
+	out, err := ceph.MonCommand(ctx, admin, cephtest.ReadableKey(map[string]any{"prefix": "auth get-or-create", "entity": entity,
+		"caps": []string{"mon", blocklist.LeastPrivilegeMonCaps}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := ceph.MonCommand(ctx, raw.conn, map[string]any{"prefix": "auth del", "entity": entity}); err != nil {
+		if _, err := ceph.MonCommand(ctx, admin, map[string]any{"prefix": "auth del", "entity": entity}); err != nil {
 			t.Errorf("auth del: %v", err)
 		}
 	})
@@ -378,7 +381,7 @@ func TestLeastPrivilegedUser(t *testing.T) {
 }
 
 // rawRecords are the cluster's fence records.
-func (c *onCluster) rawRecords(t testing.TB) map[netip.Prefix]record {
+func (c *onCluster) rawRecords(t testing.TB) map[netip.Prefix]blocklist.Record {
 	t.Helper()
 	recs, err := c.raw(t).ListRecords(context.Background())
 	if err != nil {
@@ -405,19 +408,19 @@ func TestUnfenceLeavesOthersEntriesOnCluster(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		ranges  bool
-		manual  Entry    // added by hand first
-		cidrs   []string // fenced and unfenced
-		created []Entry
+		manual  blocklist.Entry // added by hand first
+		cidrs   []string        // fenced and unfenced
+		created []blocklist.Entry
 	}{
 		{name: "range", ranges: true, manual: rangeEntry("198.51.100.64/26"), cidrs: []string{"198.51.100.64/26", "198.51.100.128/26"},
-			created: []Entry{rangeEntry("198.51.100.128/26")}},
+			created: []blocklist.Entry{rangeEntry("198.51.100.128/26")}},
 		{name: "address inside a fallback range", manual: addrEntry("198.51.100.5"), cidrs: []string{"198.51.100.4/30"},
-			created: []Entry{addrEntry("198.51.100.4"), addrEntry("198.51.100.6"), addrEntry("198.51.100.7")}},
+			created: []blocklist.Entry{addrEntry("198.51.100.4"), addrEntry("198.51.100.6"), addrEntry("198.51.100.7")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var wrap func(cluster) cluster
+			var wrap func(blocklist.Cluster) blocklist.Cluster
 			if !tt.ranges {
-				wrap = func(cl cluster) cluster { return noRanges{cl} }
+				wrap = func(cl blocklist.Cluster) blocklist.Cluster { return noRanges{cl} }
 			}
 			c := newOnClusterWith(t, Options{}, wrap)
 			c.cleanupEntries(t, tt.cidrs...)
@@ -431,17 +434,17 @@ func TestUnfenceLeavesOthersEntriesOnCluster(t *testing.T) {
 			}
 			recs := c.rawRecords(t)
 			for _, e := range tt.created {
-				if !recorded(recs, e) {
+				if !blocklist.Recorded(recs, e) {
 					t.Errorf("%v not recorded", e)
 				}
 			}
-			if recorded(recs, tt.manual) {
+			if blocklist.Recorded(recs, tt.manual) {
 				t.Errorf("the manual entry %v was recorded as the fence's", tt.manual)
 			}
 			if err := c.unfence(t, tt.cidrs...); err != nil {
 				t.Fatal(err)
 			}
-			left := map[Entry]bool{}
+			left := map[blocklist.Entry]bool{}
 			for _, l := range c.rawEntries(t, tt.cidrs...) {
 				left[l.Entry] = true
 			}
@@ -491,12 +494,7 @@ func TestFenceCrashSafety(t *testing.T) {
 	c.cleanupRecords(t, cidr)
 	child := func(op, point string) {
 		t.Helper()
-		cmd := childtest.Command(t, "TestFenceCrashChild", fenceCrashEnv+"="+op+" "+cidr, faultpoint.EnvVar+"="+point)
-		out, err := cmd.CombinedOutput()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("child %s at %s: %v, want death by SIGKILL; output:\n%s", op, point, err, out)
-		}
+		childtest.RunToFaultPoint(t, "TestFenceCrashChild", point, fenceCrashEnv+"="+op+" "+cidr)
 	}
 	state := func() (entries, records int) {
 		_, rec := c.rawRecords(t)[netip.MustParsePrefix(cidr)]

@@ -4,11 +4,12 @@ import (
 	"context"
 	"net/netip"
 	"strconv"
+	"time"
 
 	fencepb "github.com/csi-addons/spec/lib/go/fence"
 	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -22,21 +23,42 @@ type Clusters interface {
 	Cluster(clusterID string) (v1.Cluster, error)
 }
 
+// Options configure the FenceController: the blocklist entries it makes, and its RPCs.
+type Options struct {
+	blocklist.Options
+	// ServeFenceClients answers GetFenceClients with this process's own client address;
+	// right only for a process that runs on the node whose clients are asked for.
+	ServeFenceClients bool
+	// Timeout bounds an RPC without a deadline (DefaultTimeout when zero).
+	Timeout time.Duration
+}
+
+// DefaultTimeout bounds an RPC that arrives without a deadline of its own.
+const DefaultTimeout = 2 * time.Minute
+
+func (o Options) withDefaults() Options {
+	o.Options = o.Options.WithDefaults()
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	return o
+}
+
 // Server is the csi-addons FenceController.
 type Server struct {
 	fencepb.UnimplementedFenceControllerServer
 	clusters Clusters
-	connect  connector
+	connect  blocklist.Connector
 	locks    *cidrLocks
 	opts     Options
 }
 
 // NewServer fences the clusters of the map through the pool's connections.
 func NewServer(clusters Clusters, pool *ceph.Pool, opts Options) *Server {
-	return newServer(clusters, poolConnector(pool), opts)
+	return newServer(clusters, blocklist.PoolConnector(pool), opts)
 }
 
-func newServer(clusters Clusters, connect connector, opts Options) *Server {
+func newServer(clusters Clusters, connect blocklist.Connector, opts Options) *Server {
 	return &Server{clusters: clusters, connect: connect, locks: newCIDRLocks(), opts: opts.withDefaults()}
 }
 
@@ -77,7 +99,7 @@ func cidrStrings(in []*fencepb.CIDR) []string {
 }
 
 func parsePrefixes(in []*fencepb.CIDR) ([]netip.Prefix, error) {
-	ps, err := parseCIDRs(cidrStrings(in))
+	ps, err := blocklist.ParseCIDRs(cidrStrings(in))
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -93,7 +115,7 @@ func (s *Server) bound(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // open bounds ctx by the operation timeout and connects to t's cluster; done releases both.
-func (s *Server) open(ctx context.Context, t target) (context.Context, cluster, func(), error) {
+func (s *Server) open(ctx context.Context, t target) (context.Context, blocklist.Cluster, func(), error) {
 	ctx, cancel := s.bound(ctx)
 	cl, err := s.connect(ctx, t.cluster, t.cred)
 	if err != nil {
@@ -119,7 +141,7 @@ func codeFor(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	code := server.CodeOf(err)
+	code := ceph.CodeOf(err)
 	if code == codes.Internal {
 		code = codes.Unknown
 	}
@@ -137,9 +159,9 @@ func (s *Server) FenceClusterNetwork(ctx context.Context, req *fencepb.FenceClus
 		return nil, err
 	}
 	force := false
-	if v, ok := req.GetParameters()[ForceParameter]; ok {
+	if v, ok := req.GetParameters()[blocklist.ForceParameter]; ok {
 		if force, err = strconv.ParseBool(v); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want true or false", ForceParameter, v)
+			return nil, status.Errorf(codes.InvalidArgument, "parameter %s=%q: want true or false", blocklist.ForceParameter, v)
 		}
 	}
 	unlock, err := s.lock("FenceClusterNetwork", t.id, prefixes)
@@ -154,22 +176,19 @@ func (s *Server) FenceClusterNetwork(ctx context.Context, req *fencepb.FenceClus
 	defer done()
 	logger := klog.FromContext(ctx).WithValues("clusterID", t.id, "cidrs", prefixes)
 	if force {
-		logger.Info("Self-fencing guard overridden by parameter", "parameter", ForceParameter)
+		logger.Info("Self-fencing guard overridden by parameter", "parameter", blocklist.ForceParameter)
 	} else {
-		prot, err := protectedAddrs(ctx, cl, t.cluster)
-		if err != nil {
+		// the guard's refusals are statuses already, which codeFor keeps
+		if err := blocklist.Guard(ctx, cl, t.cluster, prefixes); err != nil {
 			return nil, codeFor(err)
 		}
-		if err := checkSelfFence(prefixes, prot); err != nil {
-			return nil, err
-		}
 	}
-	res, err := fence(ctx, cl, s.opts, prefixes)
+	res, err := blocklist.Fence(ctx, cl, s.opts.Options, prefixes)
 	if err != nil {
 		return nil, codeFor(err)
 	}
-	logger.Info("Fenced", "entriesAdded", res.changed, "entriesAlreadyPresent", res.unchanged,
-		"entriesOfOthers", res.foreign, "expiry", s.opts.Expiry)
+	logger.Info("Fenced", "entriesAdded", res.Changed, "entriesAlreadyPresent", res.Unchanged,
+		"entriesOfOthers", res.Foreign, "expiry", s.opts.Expiry)
 	return &fencepb.FenceClusterNetworkResponse{}, nil
 }
 
@@ -193,14 +212,14 @@ func (s *Server) UnfenceClusterNetwork(ctx context.Context, req *fencepb.Unfence
 		return nil, err
 	}
 	defer done()
-	res, err := unfence(ctx, cl, s.opts, prefixes)
+	res, err := blocklist.Unfence(ctx, cl, s.opts.Options, prefixes)
 	if err != nil {
 		return nil, codeFor(err)
 	}
 	// entries nobody recorded (an operator's, another tool's) stay, as do those another CIDR's
 	// fence relies on
-	klog.FromContext(ctx).Info("Unfenced", "clusterID", t.id, "cidrs", prefixes, "entriesRemoved", res.changed,
-		"entriesOfOthersLeft", res.foreign, "entriesOfOtherFencesLeft", res.unchanged)
+	klog.FromContext(ctx).Info("Unfenced", "clusterID", t.id, "cidrs", prefixes, "entriesRemoved", res.Changed,
+		"entriesOfOthersLeft", res.Foreign, "entriesOfOtherFencesLeft", res.Unchanged)
 	return &fencepb.UnfenceClusterNetworkResponse{}, nil
 }
 
@@ -262,7 +281,7 @@ func (s *Server) GetFenceClients(ctx context.Context, req *fencepb.GetFenceClien
 	}
 	details := &fencepb.ClientDetails{Id: fsid}
 	for _, a := range own {
-		details.Addresses = append(details.Addresses, &fencepb.CIDR{Cidr: single(a).String()})
+		details.Addresses = append(details.Addresses, &fencepb.CIDR{Cidr: netip.PrefixFrom(a, a.BitLen()).String()})
 	}
 	return &fencepb.GetFenceClientsResponse{Clients: []*fencepb.ClientDetails{details}}, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	fencepb "github.com/csi-addons/spec/lib/go/fence"
 	identitypb "github.com/csi-addons/spec/lib/go/identity"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/logtest"
 	"github.com/monoceph/monoceph/internal/server"
@@ -62,12 +63,12 @@ var localMap = fakeClusters{{ClusterID: "local", Monitors: []string{"127.0.0.1:6
 // 10.0.0.6 and 2001:db8:6::6.
 func fakeServer(t testing.TB, ranges bool, opts Options) (clients, *fakeConnector) {
 	fc := &fakeConnector{cl: &fakeCluster{
-		fakeBlocklist: newFakeBlocklist(ranges),
-		own:           []netip.Addr{netip.MustParseAddr("127.0.0.1")},
-		mons:          []netip.Addr{netip.MustParseAddr("127.0.0.1")},
-		mgrs:          []netip.Addr{netip.MustParseAddr("10.0.0.5")},
-		mdss:          []netip.Addr{netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("2001:db8:6::6")},
-		fsid:          "53d018f4-ca74-412f-8388-43d2f79a3f0d",
+		Fake: blocklist.NewFake(ranges),
+		own:  []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		mons: []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		mgrs: []netip.Addr{netip.MustParseAddr("10.0.0.5")},
+		mdss: []netip.Addr{netip.MustParseAddr("10.0.0.6"), netip.MustParseAddr("2001:db8:6::6")},
+		fsid: "53d018f4-ca74-412f-8388-43d2f79a3f0d",
 	}}
 	return serve(t, newServer(localMap, fc.connect, opts)), fc
 }
@@ -108,7 +109,7 @@ func TestInvalidRequestsFenceNothing(t *testing.T) {
 		{"garbage", params(), testSecrets, cidrs("192.0.2.0/24", "all-of-them"), `cidrs[1] "all-of-them"`},
 		{"no secrets", params(), nil, cidrs("192.0.2.0/24"), `"userID" is missing`},
 		{"no key", params(), map[string]string{ceph.SecretUserID: "fencer"}, cidrs("192.0.2.0/24"), `"userKey" is missing`},
-		{"bad force", params(ForceParameter, "maybe"), testSecrets, cidrs("192.0.2.0/24"), `parameter force="maybe"`},
+		{"bad force", params(blocklist.ForceParameter, "maybe"), testSecrets, cidrs("192.0.2.0/24"), `parameter force="maybe"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -125,8 +126,8 @@ func TestInvalidRequestsFenceNothing(t *testing.T) {
 			}
 		})
 	}
-	if conn.calls != 0 || conn.cl.len() != 0 {
-		t.Fatalf("invalid requests connected %d times and left %d entries", conn.calls, conn.cl.len())
+	if conn.calls != 0 || conn.cl.Len() != 0 {
+		t.Fatalf("invalid requests connected %d times and left %d entries", conn.calls, conn.cl.Len())
 	}
 }
 
@@ -149,18 +150,18 @@ func TestSelfFencingGuard(t *testing.T) {
 			t.Errorf("%s: %v; want FAILED_PRECONDITION containing %q", tt.cidr, err, tt.want)
 		}
 	}
-	if conn.cl.len() != 0 {
-		t.Fatalf("refused fences left %d entries", conn.cl.len())
+	if conn.cl.Len() != 0 {
+		t.Fatalf("refused fences left %d entries", conn.cl.Len())
 	}
 	// 127.0.0.2/31 spares 127.0.0.1
 	if _, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("127.0.0.2/31")}); err != nil {
 		t.Fatal(err)
 	}
 	// force overrides (only ever on the fake: never against a real cluster)
-	if _, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(ForceParameter, "true"), Secrets: testSecrets, Cidrs: cidrs("127.0.0.0/30")}); err != nil {
+	if _, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(blocklist.ForceParameter, "true"), Secrets: testSecrets, Cidrs: cidrs("127.0.0.0/30")}); err != nil {
 		t.Fatal(err)
 	}
-	if !conn.cl.has(rangeEntry("127.0.0.0/30")) {
+	if !conn.cl.Has(rangeEntry("127.0.0.0/30")) {
 		t.Fatal("forced fence not applied")
 	}
 	// an unknown own address fails closed
@@ -175,8 +176,8 @@ func TestFenceUnfenceListOverGRPC(t *testing.T) {
 	c, conn := fakeServer(t, true, Options{})
 	ctx := context.Background()
 	// a client instance entry and a range of the same address: listed once
-	conn.cl.put(Listed{Entry: addrEntry("198.51.100.9"), Instance: true})
-	conn.cl.put(Listed{Entry: rangeEntry("198.51.100.9/32")})
+	conn.cl.Put(blocklist.Listed{Entry: addrEntry("198.51.100.9"), Instance: true})
+	conn.cl.Put(blocklist.Listed{Entry: rangeEntry("198.51.100.9/32")})
 	req := &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/24", "2001:db8::/64", "198.51.100.7")}
 	for range 2 {
 		if _, err := c.fence.FenceClusterNetwork(ctx, req); err != nil {
@@ -200,8 +201,8 @@ func TestFenceUnfenceListOverGRPC(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if adds, removes := conn.cl.counts(); adds != 3 || removes != 3 || conn.cl.len() != 2 {
-		t.Fatalf("%d adds, %d removes, %d entries left; want 3, 3, 2", adds, removes, conn.cl.len())
+	if adds, removes := conn.cl.Counts(); adds != 3 || removes != 3 || conn.cl.Len() != 2 {
+		t.Fatalf("%d adds, %d removes, %d entries left; want 3, 3, 2", adds, removes, conn.cl.Len())
 	}
 	if conn.cl.released != conn.calls {
 		t.Fatalf("%d connections taken, %d released", conn.calls, conn.cl.released)
@@ -209,17 +210,17 @@ func TestFenceUnfenceListOverGRPC(t *testing.T) {
 }
 
 func TestFallbackOverGRPC(t *testing.T) {
-	c, conn := fakeServer(t, false, Options{FallbackMaxPrefixV4: 28})
+	c, conn := fakeServer(t, false, Options{Options: blocklist.Options{FallbackMaxPrefixV4: 28}})
 	ctx := context.Background()
 	_, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/28", "198.51.100.0/24")})
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "198.51.100.0/24") || conn.cl.len() != 0 {
-		t.Fatalf("too wide for the fallback: %v, %d entries", err, conn.cl.len())
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "198.51.100.0/24") || conn.cl.Len() != 0 {
+		t.Fatalf("too wide for the fallback: %v, %d entries", err, conn.cl.Len())
 	}
-	if _, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/28")}); err != nil || conn.cl.len() != 16 {
-		t.Fatalf("fallback: %v, %d entries", err, conn.cl.len())
+	if _, err := c.fence.FenceClusterNetwork(ctx, &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/28")}); err != nil || conn.cl.Len() != 16 {
+		t.Fatalf("fallback: %v, %d entries", err, conn.cl.Len())
 	}
-	if _, err := c.fence.UnfenceClusterNetwork(ctx, &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/28")}); err != nil || conn.cl.len() != 0 {
-		t.Fatalf("unfence: %v, %d entries", err, conn.cl.len())
+	if _, err := c.fence.UnfenceClusterNetwork(ctx, &fencepb.UnfenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs("192.0.2.0/28")}); err != nil || conn.cl.Len() != 0 {
+		t.Fatalf("unfence: %v, %d entries", err, conn.cl.Len())
 	}
 }
 
@@ -241,7 +242,7 @@ func TestErrorCodes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, conn := fakeServer(t, true, Options{})
-			conn.err, conn.cl.failAdd = tt.connect, tt.add
+			conn.err, conn.cl.FailAdd = tt.connect, tt.add
 			_, err := c.fence.FenceClusterNetwork(ctx, req)
 			if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.text) {
 				t.Fatalf("%v; want %v containing %q", err, tt.code, tt.text)
@@ -274,7 +275,7 @@ func TestOverlappingOperationsAreAborted(t *testing.T) {
 			// not yet receiving let the fence finish unseen under load, and the test hung on
 			// <-entered until go test's timeout: seen once in a Tentacle run), then for release
 			var first sync.Once
-			conn.cl.onAdd = func(Entry) { first.Do(func() { entered <- struct{}{}; <-release }) }
+			conn.cl.OnAdd = func(blocklist.Entry) { first.Do(func() { entered <- struct{}{}; <-release }) }
 			done := make(chan error, 1)
 			go func() {
 				_, err := c.fence.FenceClusterNetwork(context.Background(), &fencepb.FenceClusterNetworkRequest{Parameters: params(), Secrets: testSecrets, Cidrs: cidrs(tt.running...)})

@@ -14,7 +14,7 @@ import (
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/radosop"
-	monorbd "github.com/monoceph/monoceph/internal/rbd"
+	"github.com/monoceph/monoceph/internal/rbd/topopool"
 	"github.com/monoceph/monoceph/internal/volid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -64,7 +64,7 @@ func Places(ctx context.Context, kc kubernetes.Interface, clusters v1.ClusterMap
 				pools = append(pools, p)
 			}
 			if tp := sc.Parameters["topologyConstrainedPools"]; tp != "" {
-				names, err := monorbd.TopologyPoolNames(tp)
+				names, err := topopool.Names(tp)
 				if err != nil {
 					return nil, fmt.Errorf("StorageClass %s: %w", sc.Name, err)
 				}

@@ -16,11 +16,11 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/owner"
 	"github.com/monoceph/monoceph/internal/radosop"
 	monorbd "github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
-	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 )
 
@@ -54,7 +54,7 @@ func newSite(t *testing.T) *site {
 			c = x
 		}
 	}
-	return &site{cl: cl, ctrl: monorbd.NewController(monorbd.Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), ClusterName: "kube-a"}),
+	return &site{cl: cl, ctrl: monorbd.NewController(monorbd.Options{Clusters: store, Pool: pool, Locks: oplock.New(), ClusterName: "kube-a"}),
 		pool: pool, conn: conn, io: io, ns: ns, place: Place{Cluster: c, Pool: cl.RBDPool, Namespace: ns}}
 }
 

@@ -98,6 +98,35 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	}
 	dir := t.TempDir()
 	ca := NewCA(t)
+	files := writePKI(t, dir, ca)
+
+	clientPort, peerPort, apiPort := FreePort(t), FreePort(t), FreePort(t)
+	cp := &ControlPlane{
+		AdminToken: adminToken, Host: fmt.Sprintf("https://127.0.0.1:%d", apiPort), Port: apiPort, CA: ca, Dir: dir,
+	}
+	cp.Admin = &rest.Config{Host: cp.Host, BearerToken: adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM}, QPS: 100, Burst: 200}
+	cp.kc = kubernetes.NewForConfigOrDie(cp.Admin)
+
+	cp.start(t, "etcd", etcdBin, "--data-dir", filepath.Join(dir, "etcd"), "--unsafe-no-fsync", "--log-level", "error",
+		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
+		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", peerPort))
+	cp.startAPIServer(t, apiserverBin, clientPort, files)
+	if !opts.ControllerManager {
+		return cp
+	}
+	cp.startControllerManager(t, kcmBin, files)
+	return cp
+}
+
+// pkiFiles are the control plane's certificates, keys and tokens, written to its directory.
+type pkiFiles struct {
+	ca, cert, key, tokens, saKey, saPub string
+}
+
+func writePKI(t testing.TB, dir string, ca *CA) pkiFiles {
+	t.Helper()
 	write := func(name string, b []byte) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, b, 0o600); err != nil {
@@ -118,29 +147,27 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
-	saKeyFile := write("sa.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER}))
-	caFile := write("ca.crt", ca.CertPEM)
-
-	clientPort, peerPort, apiPort := FreePort(t), FreePort(t), FreePort(t)
-	cp := &ControlPlane{
-		AdminToken: adminToken, Host: fmt.Sprintf("https://127.0.0.1:%d", apiPort), Port: apiPort, CA: ca, Dir: dir,
+	return pkiFiles{
+		saKey:  write("sa.key", pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER})),
+		ca:     write("ca.crt", ca.CertPEM),
+		cert:   write("apiserver.crt", certPEM),
+		key:    write("apiserver.key", keyPEM),
+		tokens: write("tokens.csv", []byte(adminToken+",admin,admin-uid,system:masters\n")),
+		saPub:  write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER})),
 	}
-	cp.Admin = &rest.Config{Host: cp.Host, BearerToken: adminToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: ca.CertPEM}, QPS: 100, Burst: 200}
-	cp.kc = kubernetes.NewForConfigOrDie(cp.Admin)
+}
 
-	cp.start(t, "etcd", etcdBin, "--data-dir", filepath.Join(dir, "etcd"), "--unsafe-no-fsync", "--log-level", "error",
-		"--listen-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort), "--advertise-client-urls", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
-		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort), "--initial-advertise-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", peerPort),
-		"--initial-cluster", fmt.Sprintf("default=http://127.0.0.1:%d", peerPort))
-	cp.start(t, "kube-apiserver", apiserverBin,
-		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", clientPort),
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", fmt.Sprint(apiPort),
-		"--cert-dir", filepath.Join(dir, "certs"),
-		"--tls-cert-file", write("apiserver.crt", certPEM), "--tls-private-key-file", write("apiserver.key", keyPEM),
-		"--token-auth-file", write("tokens.csv", []byte(adminToken+",admin,admin-uid,system:masters\n")),
-		"--service-account-key-file", write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER})),
-		"--service-account-signing-key-file", saKeyFile,
+// startAPIServer starts kube-apiserver on etcd's client port and waits until it is ready.
+func (cp *ControlPlane) startAPIServer(t testing.TB, bin string, etcdPort int, f pkiFiles) {
+	t.Helper()
+	cp.start(t, "kube-apiserver", bin,
+		"--etcd-servers", fmt.Sprintf("http://127.0.0.1:%d", etcdPort),
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", fmt.Sprint(cp.Port),
+		"--cert-dir", filepath.Join(cp.Dir, "certs"),
+		"--tls-cert-file", f.cert, "--tls-private-key-file", f.key,
+		"--token-auth-file", f.tokens,
+		"--service-account-key-file", f.saPub,
+		"--service-account-signing-key-file", f.saKey,
 		"--service-account-issuer", "https://kubernetes.default.svc", "--api-audiences", "https://kubernetes.default.svc",
 		"--authorization-mode", "RBAC", "--allow-privileged=true", "--service-cluster-ip-range", "10.96.0.0/24",
 		"--enable-priority-and-fairness=false",
@@ -154,17 +181,19 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 		}
 		return err
 	})
-	if !opts.ControllerManager {
-		return cp
-	}
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+}
+
+// startControllerManager starts kube-controller-manager and waits until its controllers run.
+func (cp *ControlPlane) startControllerManager(t testing.TB, bin string, f pkiFiles) {
+	t.Helper()
+	kubeconfig := filepath.Join(cp.Dir, "admin.kubeconfig")
 	cp.writeKubeconfig(t, kubeconfig, adminToken)
-	cp.start(t, "kube-controller-manager", kcmBin,
+	cp.start(t, "kube-controller-manager", bin,
 		"--kubeconfig", kubeconfig,
 		// Node, service load balancer and route controllers need nodes or a cloud; there are none.
 		"--controllers", "*,-node-ipam-controller,-node-lifecycle-controller,-cloud-node-lifecycle-controller,-service-lb-controller,-node-route-controller",
 		"--leader-elect=false", "--use-service-account-credentials=false",
-		"--service-account-private-key-file", saKeyFile, "--root-ca-file", caFile,
+		"--service-account-private-key-file", f.saKey, "--root-ca-file", f.ca,
 		"--secure-port=0")
 	// The service account controller creating "default" shows the informers synced and the
 	// controllers run; without this wait the first Deployment of a test could race startup.
@@ -172,7 +201,6 @@ func Start(t testing.TB, opts Options) *ControlPlane {
 		_, err := cp.kc.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err
 	})
-	return cp
 }
 
 func (cp *ControlPlane) start(t testing.TB, name, bin string, args ...string) {

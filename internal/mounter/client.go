@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/endpoint"
 	"github.com/monoceph/monoceph/internal/fusefile"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
-	"github.com/monoceph/monoceph/internal/server"
 	"k8s.io/klog/v2"
 )
 
@@ -27,9 +27,9 @@ type Client struct {
 	custody map[string]*attach.Connection // by work directory
 }
 
-// NewClient returns a client of the holder at endpoint (unix://...).
-func NewClient(endpoint string) (*Client, error) {
-	path, err := server.SocketPath(endpoint)
+// NewClient returns a client of the holder at the endpoint ep (unix://...).
+func NewClient(ep string) (*Client, error) {
+	path, err := endpoint.SocketPath(ep)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/hostexec"
-	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 )
 
@@ -109,8 +108,8 @@ func TestCephFSThroughTheHolder(t *testing.T) {
 	}
 	x.mu.Unlock()
 	err = m.Mount(ctx, req)
-	if !errors.Is(err, ceph.ErrNotFound) || server.CodeOf(err) != codes.NotFound {
-		t.Fatalf("a failed mount: %v (code %v), want ceph.ErrNotFound", err, server.CodeOf(err))
+	if !errors.Is(err, ceph.ErrNotFound) || ceph.CodeOf(err) != codes.NotFound {
+		t.Fatalf("a failed mount: %v (code %v), want ceph.ErrNotFound", err, ceph.CodeOf(err))
 	}
 
 	outside := req

@@ -17,9 +17,9 @@ import (
 
 	"github.com/monoceph/monoceph/internal/ceph"
 	cephfsmount "github.com/monoceph/monoceph/internal/cephfs/mount"
+	"github.com/monoceph/monoceph/internal/endpoint"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
-	"github.com/monoceph/monoceph/internal/server"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
 )
@@ -62,7 +62,7 @@ func Listen(ctx context.Context, opts ServerOptions) (*Server, error) {
 	if (opts.RBD == nil) == (opts.CephFS == nil) {
 		return nil, errors.New("mount holder: exactly one of RBD and CephFS is served")
 	}
-	path, err := server.SocketPath(opts.Endpoint)
+	path, err := endpoint.SocketPath(opts.Endpoint)
 	if err != nil {
 		return nil, err
 	}

@@ -12,10 +12,10 @@ import (
 
 	cephfsapi "github.com/ceph/go-ceph/cephfs"
 	"github.com/ceph/go-ceph/rados"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
-	"github.com/monoceph/monoceph/internal/fence"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -339,7 +339,7 @@ func parseSessions(mds string, raw []byte) ([]session, error) {
 	}
 	var out []session
 	for _, s := range list {
-		a, _, err := fence.ParseEntityAddr(fmt.Sprintf("%s/%d", s.Entity.Addr.Addr, s.Entity.Addr.Nonce))
+		a, _, err := blocklist.ParseEntityAddr(fmt.Sprintf("%s/%d", s.Entity.Addr.Addr, s.Entity.Addr.Nonce))
 		if err != nil {
 			return nil, fmt.Errorf("client ls of mds.%s: session %d: %w", mds, s.ID, err)
 		}

@@ -21,8 +21,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/faultpoint"
-	"github.com/monoceph/monoceph/internal/fence"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -385,7 +385,7 @@ func (f *Fencer) networkFenced(ctx context.Context, clusterID string) ([]netip.P
 		cidrs, _ := spec["cidrs"].([]any)
 		for _, c := range cidrs {
 			if s, ok := c.(string); ok {
-				if p, err := fence.ParseCIDR(s); err == nil {
+				if p, err := blocklist.ParseCIDR(s); err == nil {
 					out = append(out, p)
 				}
 			}

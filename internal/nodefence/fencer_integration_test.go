@@ -1,25 +1,22 @@
 package nodefence
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/faultpoint"
-	"github.com/monoceph/monoceph/internal/fence"
+	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/kubetest"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
@@ -98,7 +95,7 @@ func (r *rig) fencers(ctx context.Context, clusterID string) (Blocklist, func(),
 	if err != nil {
 		return nil, nil, err
 	}
-	return fence.NewDirect(conn, r.cl.ClusterMap()[0], fence.Options{Expiry: 15 * time.Minute}), conn.Release, nil
+	return blocklist.NewDirect(conn, r.cl.ClusterMap()[0], blocklist.Options{Expiry: 15 * time.Minute}), conn.Release, nil
 }
 
 // run starts f until the test (or stop) ends.
@@ -112,7 +109,7 @@ func run(t *testing.T, f *Fencer) (stop func()) {
 }
 
 func (r *rig) blocklisted(a string) bool {
-	bl, err := fence.ListBlocklist(r.ctx, r.conn)
+	bl, err := blocklist.ListBlocklist(r.ctx, r.conn)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -332,15 +329,7 @@ func TestFencerChild(t *testing.T) {
 
 func runChild(t *testing.T, kubeconfig, point string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFencerChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+kubeconfig, faultpoint.EnvVar+"="+point)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child fencer at %s: %v, want death by SIGKILL; output:\n%s", point, err, out.String())
-	}
+	childtest.RunToFaultPoint(t, "TestFencerChild", point, childEnv+"="+kubeconfig)
 }
 
 // TestFenceOutOfServiceCephFS: a node's ceph-fuse session (found by the node ID it announces,

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 )
 
-// Blocklist is one cluster's OSD blocklist as the fencer uses it (fence.Direct on a connection
+// Blocklist is one cluster's OSD blocklist as the fencer uses it (blocklist.Direct on a connection
 // of the controller): the seam between the fencer's decisions, which are tested without a
 // cluster, and Ceph.
 type Blocklist interface {

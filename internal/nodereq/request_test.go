@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -147,7 +147,7 @@ func TestParsePath(t *testing.T) {
 }
 
 func TestLock(t *testing.T) {
-	locks := server.NewOpLocks()
+	locks := oplock.New()
 	ctx, _, unlock, err := Lock(context.Background(), locks, "NodeStageVolume", "vol-1", "stagingPath", "/s")
 	if err != nil || locks.Held() != 1 || ctx == nil {
 		t.Fatalf("Lock = %v (%d held)", err, locks.Held())

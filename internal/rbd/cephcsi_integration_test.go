@@ -14,9 +14,9 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
-	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -47,7 +47,7 @@ func takeoverController(t *testing.T, e *env) *Controller {
 	_, store := cephcsitest.ClusterMap(t, e.cl, fmt.Sprintf(`"rbd":{"radosNamespace":%q}`, e.ns), "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	return NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), MaxCloneDepth: 8})
+	return NewController(Options{Clusters: store, Pool: pool, Locks: oplock.New(), MaxCloneDepth: 8})
 }
 
 // cephcsiParams are a ceph-csi StorageClass's parameters.

@@ -112,46 +112,8 @@ func cutCSISnapshot(r *rados.Conn, io *rados.IOContext, image, clone string, max
 	if err != nil {
 		return csiCut{}, err
 	}
-	if _, done := st.hasSnap(clone); st.exists && st.parent == nil && !done {
-		// librbd writes a clone's header before attaching its parent: a kill in between leaves
-		// an image that is no clone yet (a flattened snapshot image has its own snapshot)
-		if err := rbd.RemoveImage(io, clone); err != nil && !isNotFound(err) {
-			return csiCut{}, err
-		}
-		st.exists = false
-	}
-	if !st.exists {
-		src, err := inspect(io, image)
-		if err != nil {
-			return csiCut{}, err
-		}
-		if !src.exists {
-			return csiCut{}, controller.NotFoundf("source image %s does not exist", image)
-		}
-		if _, ok := src.hasSnap(clone); !ok {
-			img, err := rbd.OpenImage(io, image, rbd.NoSnapshot)
-			if err != nil {
-				return csiCut{}, err
-			}
-			_, err = img.CreateSnapshot(clone)
-			img.Close()
-			if err != nil {
-				return csiCut{}, err
-			}
-		}
-		faultpoint.Hit("rbd.CreateCephCSISnapshot.point")
-		opts, err := imageOptions(csiSnapshotFeatures, "")
-		if err != nil {
-			return csiCut{}, err
-		}
-		defer opts.Destroy()
-		if err := opts.SetUint64(rbd.ImageOptionCloneFormat, 2); err != nil {
-			return csiCut{}, err
-		}
-		if err := createOrRepair(io, clone, func() error { return rbd.CloneImage(io, image, clone, io, clone, opts) }); err != nil {
-			return csiCut{}, err
-		}
-		faultpoint.Hit("rbd.CreateCephCSISnapshot.cloned")
+	if err := ensureCSIClone(io, image, clone, st); err != nil {
+		return csiCut{}, err
 	}
 	// the point in time moves to the source's trash namespace, where the clone keeps it
 	if err := removeSnapshot(io, image, clone); err != nil {
@@ -195,6 +157,54 @@ func cutCSISnapshot(r *rados.Conn, io *rados.IOContext, image, clone string, max
 		return csiCut{}, err
 	}
 	return csiCut{size: snap.Size, created: time.Unix(ts.Sec, ts.Nsec), id: id}, nil
+}
+
+// ensureCSIClone makes the clone of image's snapshot named clone (st is the clone's state),
+// first snapshotting the source unless an earlier attempt did, and removing a half-made clone.
+func ensureCSIClone(io *rados.IOContext, image, clone string, st imageState) error {
+	if _, done := st.hasSnap(clone); st.exists && st.parent == nil && !done {
+		// librbd writes a clone's header before attaching its parent: a kill in between leaves
+		// an image that is no clone yet (a flattened snapshot image has its own snapshot)
+		if err := rbd.RemoveImage(io, clone); err != nil && !isNotFound(err) {
+			return err
+		}
+		st.exists = false
+	}
+	if st.exists {
+		return nil
+	}
+	src, err := inspect(io, image)
+	if err != nil {
+		return err
+	}
+	if !src.exists {
+		return controller.NotFoundf("source image %s does not exist", image)
+	}
+	if _, ok := src.hasSnap(clone); !ok {
+		img, err := rbd.OpenImage(io, image, rbd.NoSnapshot)
+		if err != nil {
+			return err
+		}
+		_, err = img.CreateSnapshot(clone)
+		img.Close()
+		if err != nil {
+			return err
+		}
+	}
+	faultpoint.Hit("rbd.CreateCephCSISnapshot.point")
+	opts, err := imageOptions(csiSnapshotFeatures, "")
+	if err != nil {
+		return err
+	}
+	defer opts.Destroy()
+	if err := opts.SetUint64(rbd.ImageOptionCloneFormat, 2); err != nil {
+		return err
+	}
+	if err := createOrRepair(io, clone, func() error { return rbd.CloneImage(io, image, clone, io, clone, opts) }); err != nil {
+		return err
+	}
+	faultpoint.Hit("rbd.CreateCephCSISnapshot.cloned")
+	return nil
 }
 
 // userSnap finds a snapshot of img by name.

@@ -11,8 +11,8 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/radosop"
-	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volcap"
 )
 
@@ -20,7 +20,7 @@ import (
 type Options struct {
 	Clusters *clustermap.Store
 	Pool     *ceph.Pool
-	Locks    *server.OpLocks
+	Locks    *oplock.Locks
 	// MaxCloneDepth is the longest parent chain a new clone may have before it is flattened:
 	// long chains make every read walk them and keep every ancestor alive.
 	MaxCloneDepth int

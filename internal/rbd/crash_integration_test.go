@@ -3,15 +3,11 @@ package rbd
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
-	"syscall"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/childtest"
-	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 )
 
@@ -83,14 +79,7 @@ func (op crashOp) source() *csi.VolumeContentSource {
 func runChild(t *testing.T, op crashOp, point string) {
 	t.Helper()
 	b, _ := json.Marshal(op)
-	cmd := childtest.Command(t, "TestCrashChild", crashEnv+"="+string(b), faultpoint.EnvVar+"="+point)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("child at %s: %v, want death by SIGKILL; output:\n%s", point, err, out.String())
-	}
+	childtest.RunToFaultPoint(t, "TestCrashChild", point, crashEnv+"="+string(b))
 }
 
 // TestCrashSafety kills the controller after each journal and Ceph step of every mutating RPC

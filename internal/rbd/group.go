@@ -8,6 +8,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephcsi"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -97,11 +98,11 @@ func validateGroupCreate(req *csi.CreateVolumeGroupSnapshotRequest) (groupReques
 		}
 		r.volumes = append(r.volumes, v)
 	}
-	if err := controller.UnknownParams(req.GetParameters(), paramClusterID, paramPool); err != nil {
+	if err := classparam.UnknownParams(req.GetParameters(), paramClusterID, paramPool); err != nil {
 		return r, err
 	}
 	if c, ok := req.GetParameters()[paramClusterID]; ok && c != r.volumes[0].ClusterID {
-		return r, controller.InvalidParam(paramClusterID, "the volumes are on cluster %q", r.volumes[0].ClusterID)
+		return r, classparam.InvalidParam(paramClusterID, "the volumes are on cluster %q", r.volumes[0].ClusterID)
 	}
 	return r, nil
 }
@@ -137,7 +138,7 @@ func (g *GroupController) CreateVolumeGroupSnapshot(ctx context.Context, req *cs
 	}
 	defer p.Conn.Release()
 	if pool, ok := req.GetParameters()[paramPool]; ok && pool != p.Pool {
-		return nil, controller.InvalidParam(paramPool, "the volumes are in pool %q, where their group snapshot lives too", p.Pool)
+		return nil, classparam.InvalidParam(paramPool, "the volumes are in pool %q, where their group snapshot lives too", p.Pool)
 	}
 	sources := strings.Join(r.ids, ",")
 	rec, created, err := journal.Reserve(ctx, p, journal.GroupSnapshot, r.name, map[string]string{attrGroupSources: sources})

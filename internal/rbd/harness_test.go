@@ -14,6 +14,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
@@ -48,7 +49,7 @@ func newEnvIn(t testing.TB, ns string) *env {
 	store := cl.Clusters(t, "")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	ctrl := NewController(Options{Clusters: store, Pool: pool, Locks: server.NewOpLocks(), MaxCloneDepth: 2})
+	ctrl := NewController(Options{Clusters: store, Pool: pool, Locks: oplock.New(), MaxCloneDepth: 2})
 	g, err := server.NewGRPC("unix://"+filepath.Join(dir, "csi.sock"), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/monoceph/monoceph/internal/controller"
-
 	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/cephcsiparam"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"github.com/monoceph/monoceph/internal/volid"
 )
@@ -71,20 +71,20 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 		case paramImageFeatures:
 			fs, err := parseFeatures(val)
 			if err != nil {
-				return v, controller.InvalidParam(k, "%v", err)
+				return v, classparam.InvalidParam(k, "%v", err)
 			}
 			v.Features = fs
 		case paramMounter:
 			m, ok := volumecontext.CanonicalMounter(val)
 			if !ok {
-				return v, controller.InvalidParam(k, "%q: want %s (or ceph-csi's %s), %s or %s", val, volumecontext.MounterKRBD,
+				return v, classparam.InvalidParam(k, "%q: want %s (or ceph-csi's %s), %s or %s", val, volumecontext.MounterKRBD,
 					volumecontext.MounterCephCSIKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
 			}
 			v.Mounter = m
 		case paramTryOtherMounters:
 			b, err := strconv.ParseBool(val)
 			if err != nil {
-				return v, controller.InvalidParam(k, "%q: want true or false", val)
+				return v, classparam.InvalidParam(k, "%q: want true or false", val)
 			}
 			v.TryOtherMounters = b
 		case paramTopologyPools:
@@ -95,28 +95,28 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 			v.TopologyPools = pools
 		case paramFsType:
 			if val != "" && !supportedFsTypes[val] {
-				return v, controller.InvalidParam(k, "%q: want ext4 or xfs", val)
+				return v, classparam.InvalidParam(k, "%q: want ext4 or xfs", val)
 			}
 		}
 	}
-	if err := controller.CephCSIParams(p, cephCSIRBDParams); err != nil {
+	if err := cephcsiparam.Check(p, cephCSIRBDParams); err != nil {
 		return v, err
 	}
 	known := []string{paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter, paramTryOtherMounters, paramTopologyPools}
-	if err := controller.UnknownParams(p, append(known, cephCSIRBDParams.Keys()...)...); err != nil {
+	if err := classparam.UnknownParams(p, append(known, cephCSIRBDParams.Keys()...)...); err != nil {
 		return v, err
 	}
 	if v.ClusterID == "" {
-		return v, controller.InvalidParam(paramClusterID, "is missing")
+		return v, classparam.InvalidParam(paramClusterID, "is missing")
 	}
 	if v.Pool == "" && len(v.TopologyPools) == 0 {
-		return v, controller.InvalidParam(paramPool, "is missing")
+		return v, classparam.InvalidParam(paramPool, "is missing")
 	}
 	if v.nsSet && !volid.ValidNamespace(v.Namespace) {
-		return v, controller.InvalidParam(paramRadosNamespace, "%q: want at most %d characters of [A-Za-z0-9._-]", v.Namespace, volid.MaxNamespaceLen)
+		return v, classparam.InvalidParam(paramRadosNamespace, "%q: want at most %d characters of [A-Za-z0-9._-]", v.Namespace, volid.MaxNamespaceLen)
 	}
 	// the node's rules (volumecontext.Parse) for what reaches its rbd and rbd-fuse commands
-	if err := controller.NameParams(p, paramPool, paramDataPool, paramRadosNamespace); err != nil {
+	if err := classparam.NameParams(p, paramPool, paramDataPool, paramRadosNamespace); err != nil {
 		return v, err
 	}
 	return v, nil
@@ -153,23 +153,23 @@ func featureBits(names []string) uint64 {
 
 // cephCSIRBDParams are ceph-csi's RBD StorageClass keys beyond the ones monoceph shares with
 // it: accepted where they agree with what monoceph does, refused (naming the feature) where they
-// would ask for something monoceph does not do. See controller.CephCSIParams.
-var cephCSIRBDParams = controller.CephCSIKeys{
-	"imageFormat":      controller.OnlyValue("2", "RBD image format 1"),
-	"volumeNamePrefix": controller.OnlyValue("csi-vol-", "custom image name prefixes"),
-	"encrypted":        controller.NotTrue("encryption"),
-	"encryptionType":   controller.Ignored, // only read with encrypted: "true"
-	"encryptionKMSID":  controller.Ignored,
-	"thickProvision":   controller.NotTrue("thick provisioning"),
+// would ask for something monoceph does not do. See cephcsiparam.Check.
+var cephCSIRBDParams = cephcsiparam.Keys{
+	"imageFormat":      cephcsiparam.OnlyValue("2", "RBD image format 1"),
+	"volumeNamePrefix": cephcsiparam.OnlyValue("csi-vol-", "custom image name prefixes"),
+	"encrypted":        cephcsiparam.NotTrue("encryption"),
+	"encryptionType":   cephcsiparam.Ignored, // only read with encrypted: "true"
+	"encryptionKMSID":  cephcsiparam.Ignored,
+	"thickProvision":   cephcsiparam.NotTrue("thick provisioning"),
 	// node options: log placement of rbd-nbd, which monoceph decides itself
-	"cephLogDir":      controller.Ignored,
-	"cephLogStrategy": controller.Ignored,
-	"mapOptions":      controller.Empty("custom krbd/rbd-nbd map options"),
-	"unmapOptions":    controller.Empty("custom krbd/rbd-nbd unmap options"),
-	"mkfsOptions":     controller.Empty("custom mkfs options"),
-	"stripeUnit":      controller.Refused("striping"),
-	"stripeCount":     controller.Refused("striping"),
-	"objectSize":      controller.Refused("custom object sizes"),
+	"cephLogDir":      cephcsiparam.Ignored,
+	"cephLogStrategy": cephcsiparam.Ignored,
+	"mapOptions":      cephcsiparam.Empty("custom krbd/rbd-nbd map options"),
+	"unmapOptions":    cephcsiparam.Empty("custom krbd/rbd-nbd unmap options"),
+	"mkfsOptions":     cephcsiparam.Empty("custom mkfs options"),
+	"stripeUnit":      cephcsiparam.Refused("striping"),
+	"stripeCount":     cephcsiparam.Refused("striping"),
+	"objectSize":      cephcsiparam.Refused("custom object sizes"),
 	// QoS of newer ceph-csi releases: limits scaled by the volume's size, which monoceph
 	// lacks; its own QoS limits (same librbd overrides) are VolumeAttributesClass parameters
 	"baseIops": refusedQoS, "maxIops": refusedQoS,
@@ -186,4 +186,4 @@ var cephCSIRBDParams = controller.CephCSIKeys{
 
 // refusedQoS: ceph-csi's QoS keys. A volume that has limits keeps them (they are the librbd
 // overrides monoceph's own QoS parameters write).
-var refusedQoS = controller.Refused("ceph-csi's size-scaled QoS (monoceph's: qosIopsLimit and the like, in a VolumeAttributesClass)")
+var refusedQoS = cephcsiparam.Refused("ceph-csi's size-scaled QoS (monoceph's: qosIopsLimit and the like, in a VolumeAttributesClass)")

@@ -9,9 +9,9 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/faultpoint"
-	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/holder"
@@ -279,7 +279,7 @@ func (c *Controller) checkReleased(ctx context.Context, p radosop.Location, id v
 	if len(mine.Live(nil)) == 0 {
 		return nil
 	}
-	bl, err := fence.ListBlocklist(ctx, p.Conn)
+	bl, err := blocklist.ListBlocklist(ctx, p.Conn)
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/fence"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
@@ -210,7 +210,7 @@ func TestUnpublishWaitsForFence(t *testing.T) {
 	requireCode(t, "publish to node-b meanwhile", err, codes.FailedPrecondition, "node-a")
 
 	// fencing node-a's address lets the unpublish through
-	d := fence.NewDirect(e.conn, e.cl.ClusterMap()[0], fence.Options{Expiry: 10 * time.Minute})
+	d := blocklist.NewDirect(e.conn, e.cl.ClusterMap()[0], blocklist.Options{Expiry: 10 * time.Minute})
 	cidr := []netip.Prefix{netip.PrefixFrom(nodeA, 32)}
 	if _, err := d.Fence(ctx, cidr); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/ceph/go-ceph/rbd"
-	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -75,14 +75,14 @@ func parseQoS(p map[string]string) (qos, error) {
 	for _, name := range keys {
 		k, ok := byParam[name]
 		if !ok {
-			return nil, controller.InvalidMutableParam(name, "unknown (known: %s)", strings.Join(known, ", "))
+			return nil, classparam.InvalidMutableParam(name, "unknown (known: %s)", strings.Join(known, ", "))
 		}
 		v, err := parseRate(p[name], k.bytes)
 		if err != nil {
-			return nil, controller.InvalidMutableParam(name, "%q: %v", p[name], err)
+			return nil, classparam.InvalidMutableParam(name, "%q: %v", p[name], err)
 		}
 		if k.seconds && v < 1 {
-			return nil, controller.InvalidMutableParam(name, "%q: a burst lasts at least 1 second", p[name])
+			return nil, classparam.InvalidMutableParam(name, "%q: a burst lasts at least 1 second", p[name])
 		}
 		out[k.option] = v
 	}
@@ -92,7 +92,7 @@ func parseQoS(p map[string]string) (qos, error) {
 		if strings.HasSuffix(k.option, "_limit") {
 			burst := strings.TrimSuffix(k.option, "_limit") + "_burst"
 			if l, b := out[k.option], out[burst]; l > 0 && b > 0 && b < l {
-				return nil, controller.InvalidMutableParam(strings.TrimSuffix(k.param, "Limit")+"Burst",
+				return nil, classparam.InvalidMutableParam(strings.TrimSuffix(k.param, "Limit")+"Burst",
 					"%d is below the limit %d (a burst is the rate allowed above the limit, so at least the limit)", b, l)
 			}
 		}

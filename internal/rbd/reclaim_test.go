@@ -9,7 +9,7 @@ import (
 
 	rspb "github.com/csi-addons/spec/lib/go/reclaimspace"
 	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -26,7 +26,7 @@ func TestControllerReclaimSpaceRequestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewController(Options{Clusters: store, Locks: server.NewOpLocks()}).ReclaimSpace()
+	r := NewController(Options{Clusters: store, Locks: oplock.New()}).ReclaimSpace()
 	secrets := map[string]string{"userID": "admin", "userKey": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="}
 	tests := []struct {
 		name, id string

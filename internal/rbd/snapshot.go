@@ -70,7 +70,29 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if _, err := (origin{loc: p, image: image, what: "source volume " + srcID}).size(ctx); err != nil {
 		return nil, err
 	}
+	rec, err := c.reserveSnapshot(ctx, p, req)
+	if err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("rbd.CreateSnapshot.reserved")
+	id := volid.RBDSnapshot{RBDVolume: src, SnapUID: rec.UID}
+	if rec.Attrs[attrCreated] != "" {
+		if snap, ok := snapshotFromRecord(*rec, id); ok {
+			return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+		}
+	}
+	if err := cutSnapshot(ctx, p, rec, image, srcID); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", p.String()+"/"+image+"@"+rbdname.Snapshot(rec.UID), "name", name)
+	snap, _ := snapshotFromRecord(*rec, id)
+	return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+}
 
+// reserveSnapshot reserves the snapshot's name next to its source. A reservation found again
+// must be of the same source, and gets the ownership keys an older version did not record.
+func (c *Controller) reserveSnapshot(ctx context.Context, p radosop.Location, req *csi.CreateSnapshotRequest) (*journal.Record, error) {
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
 	own := owner.FromParams(req.GetParameters(), owner.SnapshotKeys, c.opts.ClusterName)
 	attrs := map[string]string{attrSourceVolume: srcID}
 	maps.Copy(attrs, own)
@@ -87,13 +109,12 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 			return nil, err
 		}
 	}
-	faultpoint.Hit("rbd.CreateSnapshot.reserved")
-	id := volid.RBDSnapshot{RBDVolume: src, SnapUID: rec.UID}
-	if rec.Attrs[attrCreated] != "" {
-		if snap, ok := snapshotFromRecord(*rec, id); ok {
-			return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
-		}
-	}
+	return rec, nil
+}
+
+// cutSnapshot cuts the reservation's snapshot of image unless an earlier attempt did, and
+// records its size and creation time; a cut that fails for good gives the reservation back.
+func cutSnapshot(ctx context.Context, p radosop.Location, rec *journal.Record, image, srcID string) error {
 	sname := rbdname.Snapshot(rec.UID)
 	type cut struct {
 		size    uint64
@@ -140,16 +161,11 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 			_, cut := st.hasSnap(sname)
 			return cut, err
 		})
-		return nil, err
+		return err
 	}
 	rec.Attrs[attrCreated] = res.created.UTC().Format(time.RFC3339Nano)
 	rec.Attrs[attrSnapSize] = strconv.FormatUint(res.size, 10)
-	if err := journal.SetAttrs(ctx, p, journal.Snapshot, rec); err != nil {
-		return nil, err
-	}
-	klog.FromContext(ctx).V(2).Info("Snapshot ready", "snapshot", p.String()+"/"+image+"@"+sname, "name", name)
-	snap, _ := snapshotFromRecord(*rec, id)
-	return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
+	return journal.SetAttrs(ctx, p, journal.Snapshot, rec)
 }
 
 func snapshotFromRecord(rec journal.Record, id volid.RBDSnapshot) (*csi.Snapshot, bool) {

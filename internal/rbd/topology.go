@@ -2,99 +2,30 @@ package rbd
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/journal"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/topopool"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
 // paramTopologyPools is ceph-csi's StorageClass key: pools, each serving the nodes whose
-// topology has all of its domain segments.
-const paramTopologyPools = "topologyConstrainedPools"
+// topology has all of its domain segments (internal/rbd/topopool).
+const paramTopologyPools = topopool.Param
 
-// topologyPool is one entry of topologyConstrainedPools, in ceph-csi's JSON shape.
-type topologyPool struct {
-	PoolName       string          `json:"poolName"`
-	DataPool       string          `json:"dataPool,omitempty"`
-	DomainSegments []domainSegment `json:"domainSegments"`
-}
+// topologyPool is one entry of topologyConstrainedPools.
+type topologyPool = topopool.Pool
 
-type domainSegment struct {
-	DomainLabel string `json:"domainLabel"`
-	Value       string `json:"value"`
-}
-
-func parseTopologyPools(s string) ([]topologyPool, error) {
-	var pools []topologyPool
-	dec := json.NewDecoder(strings.NewReader(s))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&pools); err != nil {
-		return nil, controller.InvalidParam(paramTopologyPools, "%v", err)
-	}
-	if len(pools) == 0 {
-		return nil, controller.InvalidParam(paramTopologyPools, "names no pool")
-	}
-	for i, p := range pools {
-		if p.PoolName == "" || len(p.DomainSegments) == 0 {
-			return nil, controller.InvalidParam(paramTopologyPools, "entry %d: want poolName and domainSegments", i)
-		}
-		for _, name := range []string{p.PoolName, p.DataPool} {
-			if strings.ContainsAny(name, "/@ \n") {
-				return nil, controller.InvalidParam(paramTopologyPools, "entry %d: pool name %q", i, name)
-			}
-		}
-		for _, seg := range p.DomainSegments {
-			if seg.DomainLabel == "" || seg.Value == "" {
-				return nil, controller.InvalidParam(paramTopologyPools, "entry %d: a domain segment without domainLabel or value", i)
-			}
-		}
-	}
-	return pools, nil
-}
-
-// TopologyPoolNames lists the pools a topologyConstrainedPools parameter places images in.
-func TopologyPoolNames(param string) ([]string, error) {
-	pools, err := parseTopologyPools(param)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(pools))
-	for i, p := range pools {
-		names[i] = p.PoolName
-	}
-	return names, nil
-}
+func parseTopologyPools(s string) ([]topologyPool, error) { return topopool.Parse(s) }
 
 // TopologyPrefix is the prefix of the driver's topology keys: topology.<driver name>/, as
 // ceph-csi's (a domain label "zone" is the key topology.rbd.monoceph.io/zone).
 func TopologyPrefix(driverName string) string { return "topology." + driverName + "/" }
-
-// fits reports whether every domain segment of p is in t.
-func (p topologyPool) fits(t *csi.Topology, prefix string) bool {
-	for _, seg := range p.DomainSegments {
-		if v, ok := t.GetSegments()[prefix+seg.DomainLabel]; !ok || v != seg.Value {
-			return false
-		}
-	}
-	return true
-}
-
-// topology is the volume's accessible topology in p.
-func (p topologyPool) topology(prefix string) []*csi.Topology {
-	segs := map[string]string{}
-	for _, seg := range p.DomainSegments {
-		segs[prefix+seg.DomainLabel] = seg.Value
-	}
-	return []*csi.Topology{{Segments: segs}}
-}
 
 // candidatePools lists the pools that fit req, in the order the CSI spec asks for: those of
 // the preferred topologies first (in their order), then those of the requisite ones. Nil req
@@ -107,7 +38,7 @@ func candidatePools(pools []topologyPool, req *csi.TopologyRequirement, prefix s
 	seen := map[int]bool{}
 	for _, t := range append(append([]*csi.Topology{}, req.GetPreferred()...), req.GetRequisite()...) {
 		for i, p := range pools {
-			if !seen[i] && p.fits(t, prefix) {
+			if !seen[i] && p.Fits(t, prefix) {
 				seen[i] = true
 				out = append(out, p)
 			}
@@ -162,8 +93,5 @@ func (c *Controller) placeByTopology(ctx context.Context, conn *ceph.Conn, param
 	if chosen.DataPool != "" {
 		params.DataPool = chosen.DataPool
 	}
-	return chosen.topology(c.opts.TopologyPrefix), nil
+	return chosen.Topology(c.opts.TopologyPrefix), nil
 }
-
-// String is how a pool appears in messages.
-func (p topologyPool) String() string { return fmt.Sprintf("%s%v", p.PoolName, p.DomainSegments) }

@@ -56,12 +56,3 @@ func TestCandidatePools(t *testing.T) {
 		})
 	}
 }
-
-func TestParseTopologyPools(t *testing.T) {
-	for _, bad := range []string{`[]`, `{}`, `[{"poolName":"p"}]`, `[{"poolName":"","domainSegments":[{"domainLabel":"zone","value":"z"}]}]`,
-		`[{"poolName":"p","domainSegments":[{"domainLabel":"zone"}]}]`, `[{"poolName":"p","x":1,"domainSegments":[{"domainLabel":"zone","value":"z"}]}]`} {
-		if _, err := parseTopologyPools(bad); status.Code(err) != codes.InvalidArgument {
-			t.Errorf("%s: %v, want InvalidArgument", bad, err)
-		}
-	}
-}

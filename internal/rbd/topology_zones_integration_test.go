@@ -12,6 +12,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +35,7 @@ func TestZonesTopologyPools(t *testing.T) {
 	prefix := TopologyPrefix("rbd.monoceph.io")
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	ctrl := NewController(Options{Clusters: cl.Clusters(t, ""), Pool: pool, Locks: server.NewOpLocks(), TopologyPrefix: prefix})
+	ctrl := NewController(Options{Clusters: cl.Clusters(t, ""), Pool: pool, Locks: oplock.New(), TopologyPrefix: prefix})
 	g, err := server.NewGRPC("unix://"+filepath.Join(t.TempDir(), "csi.sock"), server.NewMetrics(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)

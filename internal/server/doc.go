@@ -1,5 +1,6 @@
 // Package server is the gRPC and HTTP plumbing every monoceph service runs on: unix-socket
 // listeners, interceptors (request ID, request-scoped logger, redacted request logging, panic
-// recovery, Prometheus metrics), per-volume operation locks and the one place domain errors
-// become gRPC status codes.
+// recovery, Prometheus metrics) and the one place domain errors become gRPC status codes. The
+// operation locks (internal/oplock) and endpoint parsing (internal/endpoint) are leaves of
+// their own, so that services use them without this plumbing.
 package server

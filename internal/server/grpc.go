@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/monoceph/monoceph/internal/endpoint"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 )
@@ -18,10 +19,10 @@ type GRPC struct {
 	path string
 }
 
-// NewGRPC listens on endpoint and builds a server with the standard interceptors. Register
+// NewGRPC listens on the endpoint ep and builds a server with the standard interceptors. Register
 // services on the embedded *grpc.Server, then call Serve.
-func NewGRPC(endpoint string, m *Metrics, opts ...grpc.ServerOption) (*GRPC, error) {
-	lis, path, err := ListenUnix(endpoint)
+func NewGRPC(ep string, m *Metrics, opts ...grpc.ServerOption) (*GRPC, error) {
+	lis, path, err := endpoint.ListenUnix(ep)
 	if err != nil {
 		return nil, err
 	}

@@ -41,20 +41,3 @@ func TestToStatus(t *testing.T) {
 		t.Error("ToStatus(nil) != nil")
 	}
 }
-
-// TestEveryCephClassHasACode: a class added to ceph.Classes without a code here would answer
-// INTERNAL whatever it means.
-func TestEveryCephClassHasACode(t *testing.T) {
-	for _, c := range ceph.Classes {
-		code, ok := cephCodes[c.Err]
-		if !ok {
-			t.Errorf("ceph class %s (%v) has no gRPC code", c.Name, c.Err)
-		}
-		if got := CodeOf(ceph.NewError("op", c.Err, "")); got != code {
-			t.Errorf("CodeOf(a %s error) = %v, want %v", c.Name, got, code)
-		}
-	}
-	if len(cephCodes) != len(ceph.Classes) {
-		t.Errorf("%d codes for %d ceph classes: a code for a class ceph.Classes does not list", len(cephCodes), len(ceph.Classes))
-	}
-}

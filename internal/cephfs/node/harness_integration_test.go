@@ -24,7 +24,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/cephtest"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 )
 
 // testNode is one node plugin against the local cluster: its own state directory, locks and
@@ -41,7 +41,7 @@ func newTestNode(t testing.TB, env cephtest.Cluster, name string) *testNode {
 	t.Helper()
 	clusters := env.Clusters(t, "")
 	state := stateDir(t)
-	s, err := New(Options{NodeID: name, StateDir: state, Clusters: clusters, Locks: server.NewOpLocks(), Timeout: 30 * time.Second})
+	s, err := New(Options{NodeID: name, StateDir: state, Clusters: clusters, Locks: oplock.New(), Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

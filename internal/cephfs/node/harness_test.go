@@ -15,7 +15,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephfs/volumecontext"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -66,7 +66,7 @@ func newUnitServer(t *testing.T, kernelHasCeph bool) (*Server, *fakeExec) {
 		NodeID:   "node-1",
 		StateDir: stateDir(t),
 		Clusters: testClusterMap(t),
-		Locks:    server.NewOpLocks(),
+		Locks:    oplock.New(),
 		Timeout:  10 * time.Second,
 	}, x, mount.NewFuse(x, 5*time.Second), mount.NewKernelWith(x, fsList))
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
@@ -49,7 +49,7 @@ func TestRecoverRetriesWhileCephIsUnreachable(t *testing.T) {
 	const timeout = 8 * time.Second // ceph-fuse gives up connecting after half of it
 	x := &countingExec{Executor: hostexec.New(timeout), name: "ceph-fuse"}
 	state := stateDir(t)
-	s, err := newServer(Options{NodeID: "node", StateDir: state, Clusters: clusters, Locks: server.NewOpLocks(), Timeout: timeout,
+	s, err := newServer(Options{NodeID: "node", StateDir: state, Clusters: clusters, Locks: oplock.New(), Timeout: timeout,
 		RecoverBackoff: wait.Backoff{Duration: time.Second, Factor: 1.5, Cap: 3 * time.Second, Steps: 100}},
 		x, mount.NewFuse(x, timeout/2), mount.NewKernelWith(x, filepath.Join(dir, "no-filesystems")))
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/nodestate"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -31,7 +31,7 @@ type Options struct {
 	StateDir string
 	Clusters *clustermap.Store
 	// Locks serialise operations per volume; a busy volume answers ABORTED.
-	Locks *server.OpLocks
+	Locks *oplock.Locks
 	// Timeout bounds each mount helper and external command.
 	Timeout time.Duration
 	// RecoverBackoff paces Recover's retries (zero: nodereq.DefaultRecoverBackoff).
@@ -154,7 +154,7 @@ func errorCode(err error) codes.Code {
 	if errors.Is(err, mount.ErrMounterUnavailable) {
 		return codes.FailedPrecondition
 	}
-	return server.CodeOf(err)
+	return ceph.CodeOf(err)
 }
 
 func internal(what string, err error) error {

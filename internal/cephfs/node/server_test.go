@@ -11,12 +11,12 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/nodestate"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
 )
 
 func TestNewChecksOptions(t *testing.T) {
-	clusters, locks := testClusterMap(t), server.NewOpLocks()
+	clusters, locks := testClusterMap(t), oplock.New()
 	good := Options{NodeID: "n", StateDir: stateDir(t), Clusters: clusters, Locks: locks}
 	tests := []struct {
 		name string

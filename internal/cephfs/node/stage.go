@@ -39,21 +39,8 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	defer unlock()
 	start := time.Now()
 
-	cluster, err := s.opts.Clusters.Cluster(r.vol.ClusterID)
-	if err != nil {
-		// the map may be catching up with a ConfigMap change: retryable, not a bad request
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
-	}
-	if r.vol.Encrypted {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted (volume_context[%q] = \"true\", ceph-csi's fscrypt): monoceph does not support encryption and will not mount it as plain files",
-			r.volumeID, volumecontext.Encrypted)
-	}
-	// ceph-csi's mount options per cluster (config.json) apply where the volume names none
-	if r.vol.FuseMountOptions == "" {
-		r.vol.FuseMountOptions = cluster.CephFS.FuseMountOptions
-	}
-	if r.vol.KernelMountOptions == "" {
-		r.vol.KernelMountOptions = cluster.CephFS.KernelMountOptions
+	if err := s.clusterDefaults(&r); err != nil {
+		return nil, err
 	}
 	if err := ensureDir(r.stagingPath); err != nil {
 		return nil, internal("staging_target_path", err)
@@ -78,6 +65,40 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return &csi.NodeStageVolumeResponse{}, nil
 	}
 
+	if rec, err = s.newRecord(ctx, r); err != nil {
+		return nil, err
+	}
+	if err := s.stageNew(ctx, rec, r); err != nil {
+		return nil, err
+	}
+	log.V(2).Info("Volume staged", "mounter", rec.Mounter, "mountedPath", rec.MountedPath, "shallow", rec.Shallow != nil, "duration", time.Since(start))
+	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// clusterDefaults looks the volume's cluster up, refuses an encrypted volume, and fills in
+// ceph-csi's mount options per cluster (config.json) where the volume names none.
+func (s *Server) clusterDefaults(r *stageRequest) error {
+	cluster, err := s.opts.Clusters.Cluster(r.vol.ClusterID)
+	if err != nil {
+		// the map may be catching up with a ConfigMap change: retryable, not a bad request
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if r.vol.Encrypted {
+		return status.Errorf(codes.FailedPrecondition, "volume %q is encrypted (volume_context[%q] = \"true\", ceph-csi's fscrypt): monoceph does not support encryption and will not mount it as plain files",
+			r.volumeID, volumecontext.Encrypted)
+	}
+	if r.vol.FuseMountOptions == "" {
+		r.vol.FuseMountOptions = cluster.CephFS.FuseMountOptions
+	}
+	if r.vol.KernelMountOptions == "" {
+		r.vol.KernelMountOptions = cluster.CephFS.KernelMountOptions
+	}
+	return nil
+}
+
+// newRecord decides how a volume not staged at this path yet is to be mounted: the mounter,
+// its options and the layout, as the staging record that stageNew writes first.
+func (s *Server) newRecord(ctx context.Context, r stageRequest) (*record, error) {
 	// one staging per volume and node (CSI): a second path would share the first one's work
 	// directory, and unstaging either would stop the other's daemon
 	if other, err := s.findRecord(r.volumeID, ""); err != nil {
@@ -97,7 +118,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		return nil, status.Errorf(codes.InvalidArgument, "%s mount options: %v", mounter.Name(), err)
 	}
 	l := volumeLayout(r.vol)
-	rec = &record{
+	rec := &record{
 		VolumeID:         r.volumeID,
 		State:            stateMounting,
 		StagingPath:      r.stagingPath,
@@ -115,26 +136,30 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	if r.vol.Shallow {
 		rec.Shallow = &shallow{SnapshotName: r.vol.SnapshotName, SnapshotDir: l.snapshotDir}
 	}
-	// the record comes first: from here on, unstage can undo whatever follows
+	return rec, nil
+}
+
+// stageNew writes the record, then mounts: from the record on, unstage can undo whatever
+// follows.
+func (s *Server) stageNew(ctx context.Context, rec *record, r stageRequest) error {
 	if err := rec.write(); err != nil {
-		return nil, internal("writing the staging record", err)
+		return internal("writing the staging record", err)
 	}
 	if err := os.MkdirAll(rec.WorkDir, 0o700); err != nil {
-		return nil, internal("work directory", err)
+		return internal("work directory", err)
 	}
 	if err := s.writeIndex(rec); err != nil {
-		return nil, internal("writing the volume index", err)
+		return internal("writing the volume index", err)
 	}
 	if err := s.mountStaging(ctx, rec, r.cred); err != nil {
 		// nothing is mounted (mountStaging undoes its own partial work): forget the volume,
 		// so a retry with other arguments starts clean
 		if cerr := s.forget(rec); cerr != nil {
-			log.Error(cerr, "Cleaning up after a failed stage")
+			klog.FromContext(ctx).Error(cerr, "Cleaning up after a failed stage")
 		}
-		return nil, err
+		return err
 	}
-	log.V(2).Info("Volume staged", "mounter", rec.Mounter, "mountedPath", rec.MountedPath, "shallow", rec.Shallow != nil, "duration", time.Since(start))
-	return &csi.NodeStageVolumeResponse{}, nil
+	return nil
 }
 
 // ensureDir creates a directory for a mount point. A mount point is left alone without a

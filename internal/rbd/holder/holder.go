@@ -16,7 +16,7 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
-	"github.com/monoceph/monoceph/internal/fence"
+	"github.com/monoceph/monoceph/internal/blocklist"
 )
 
 // Holder is one client of an image.
@@ -50,7 +50,7 @@ func List(io *rados.IOContext, image string) (Set, error) {
 	}
 	var out Set
 	for _, w := range ws {
-		a, inst, err := fence.ParseEntityAddr(w.Addr)
+		a, inst, err := blocklist.ParseEntityAddr(w.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("watcher of %s: %w", image, err)
 		}
@@ -61,7 +61,7 @@ func List(io *rados.IOContext, image string) (Set, error) {
 		return nil, err
 	}
 	for _, l := range lockers {
-		a, inst, err := fence.ParseEntityAddr(l.Addr)
+		a, inst, err := blocklist.ParseEntityAddr(l.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("lock owner of %s: %w", image, err)
 		}
@@ -79,7 +79,7 @@ func (s Set) Watching(inst string) bool {
 }
 
 // Live are the watchers the blocklist does not cut off: clients that can still write.
-func (s Set) Live(bl fence.Blocklisted) Set {
+func (s Set) Live(bl blocklist.Blocklisted) Set {
 	var out Set
 	for _, h := range s {
 		if !h.Lock && !bl.Covers(h.Addr, h.Inst) {

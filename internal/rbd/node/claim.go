@@ -9,8 +9,8 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/fence"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/holder"
@@ -40,7 +40,7 @@ func (s *Server) claim(ctx context.Context, r stageRequest, monHost string) erro
 		return err
 	}
 	defer conn.Release()
-	own, err := fence.ClientAddrs(ctx, conn)
+	own, err := blocklist.ClientAddrs(ctx, conn)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func (s *Server) claim(ctx context.Context, r stageRequest, monHost string) erro
 	if len(others.Live(nil)) == 0 {
 		return nil
 	}
-	bl, err := fence.ListBlocklist(ctx, conn)
+	bl, err := blocklist.ListBlocklist(ctx, conn)
 	if err != nil {
 		return err
 	}

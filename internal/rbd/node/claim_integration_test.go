@@ -12,7 +12,7 @@ import (
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/fence"
+	"github.com/monoceph/monoceph/internal/blocklist"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
@@ -90,7 +90,7 @@ func TestStageRefusesAnotherNodesClient(t *testing.T) {
 	if err := r.unstage(vol, staging); err != nil {
 		t.Fatal(err)
 	}
-	own, err := fence.ClientAddrs(r.ctx, r.conn)
+	own, err := blocklist.ClientAddrs(r.ctx, r.conn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestStageRefusesAnotherNodesClient(t *testing.T) {
 	}
 
 	// the other node is fenced: its client is cut off, and its lock is broken by our rbd-fuse
-	d := fence.NewDirect(r.conn, r.cl.ClusterMap()[0], fence.Options{Expiry: 10 * time.Minute})
+	d := blocklist.NewDirect(r.conn, r.cl.ClusterMap()[0], blocklist.Options{Expiry: 10 * time.Minute})
 	other := []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
 	if _, err := d.Fence(r.ctx, other); err != nil {
 		t.Fatal(err)

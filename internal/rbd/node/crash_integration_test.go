@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,9 +14,8 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 )
 
 // publishCrash is the NodePublishVolume a child process runs until it dies at a fault point.
@@ -43,7 +41,7 @@ func TestPublishCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Options{NodeID: "node-1", StateDir: c.StateDir, Clusters: clusters, Locks: server.NewOpLocks()})
+	s, err := New(Options{NodeID: "node-1", StateDir: c.StateDir, Clusters: clusters, Locks: oplock.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +97,7 @@ func TestReadOnlyLayerOfACrashedPublish(t *testing.T) {
 		t.Helper()
 		b, _ := json.Marshal(publishCrash{StateDir: r.s.opts.StateDir, ClusterMap: filepath.Join(filepath.Dir(r.s.opts.StateDir), "clusters.json"),
 			VolumeID: vol, Staging: staging, Target: target})
-		cmd := childtest.Command(t, "TestPublishCrashChild", publishCrashEnv+"="+string(b), faultpoint.EnvVar+"=rbd.NodePublishVolume.read-only-layer")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("child: %v, want death by SIGKILL; output:\n%s", err, out.String())
-		}
+		childtest.RunToFaultPoint(t, "TestPublishCrashChild", "rbd.NodePublishVolume.read-only-layer", publishCrashEnv+"="+string(b))
 		got := layersOver(dev)
 		if len(got) != 1 {
 			t.Fatalf("after the crash: read-only layers %v, want the one the child made", got)

@@ -12,9 +12,9 @@ import (
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/nodestate"
+	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
-	"github.com/monoceph/monoceph/internal/server"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -30,7 +30,7 @@ type Options struct {
 	StateDir string
 	Clusters *clustermap.Store
 	// Locks serialise operations per volume; a busy volume answers ABORTED.
-	Locks *server.OpLocks
+	Locks *oplock.Locks
 	// Timeout bounds each command that attaches, mounts or inspects (rbd, losetup,
 	// mount, umount); the driver passes --ceph-op-timeout.
 	Timeout time.Duration
@@ -204,12 +204,6 @@ func errorCode(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, attach.ErrConnectionLost):
 		return codes.FailedPrecondition
-	case errors.Is(err, ceph.ErrUnavailable):
-		return codes.Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		return codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return codes.Canceled
 	}
-	return codes.Internal
+	return ceph.CodeOf(err)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
-	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/oplock"
 )
 
 // newTestServer serves a cluster map of one cluster and keeps its state in a temporary
@@ -33,7 +33,7 @@ func newTestServer(t *testing.T, m v1.ClusterMap, x hostexec.Executor) *Server {
 	}
 	pool := ceph.NewPool(ceph.PoolOptions{})
 	t.Cleanup(pool.Close)
-	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: server.NewOpLocks(), Timeout: time.Minute, Pool: pool}
+	opts := Options{NodeID: "node-1", StateDir: filepath.Join(dir, "state"), Clusters: store, Locks: oplock.New(), Timeout: time.Minute, Pool: pool}
 	if x == nil {
 		x = hostexec.New(opts.Timeout)
 	}
@@ -48,7 +48,7 @@ var localMap = v1.ClusterMap{{ClusterID: "local", Monitors: []string{"127.0.0.1:
 
 func TestNewChecksOptions(t *testing.T) {
 	store := newTestServer(t, localMap, nil).opts.Clusters
-	ok := Options{NodeID: "n", StateDir: t.TempDir() + "/s", Clusters: store, Locks: server.NewOpLocks()}
+	ok := Options{NodeID: "n", StateDir: t.TempDir() + "/s", Clusters: store, Locks: oplock.New()}
 	tests := []struct {
 		name string
 		edit func(*Options)

@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"errors"
@@ -42,9 +42,9 @@ func ParseCIDR(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-// parseCIDRs validates every entry of a request before anything is fenced, and names each bad
+// ParseCIDRs validates every entry of a request before anything is fenced, and names each bad
 // one, so a caller fixes its list in one round. Duplicates collapse into one.
-func parseCIDRs(in []string) ([]netip.Prefix, error) {
+func ParseCIDRs(in []string) ([]netip.Prefix, error) {
 	if len(in) == 0 {
 		return nil, errors.New("cidrs: at least one CIDR is required")
 	}

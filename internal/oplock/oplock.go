@@ -1,4 +1,6 @@
-package server
+// Package oplock is the per-key operation lock table of the CSI services (controllers and
+// node services alike): a second operation on a held key answers ABORTED at once.
+package oplock
 
 import (
 	"context"
@@ -10,21 +12,21 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// OpLocks serialise operations per key (a volume ID, a snapshot ID, a request name). They never
+// Locks serialise operations per key (a volume ID, a snapshot ID, a request name). They never
 // wait: the CSI spec asks a plugin to answer ABORTED when an operation is already in progress
 // for the volume, and the CO retries with backoff. Waiting instead would pile up goroutines
 // behind a slow cluster.
-type OpLocks struct {
+type Locks struct {
 	mu   sync.Mutex
 	held map[string]string // key → operation holding it
 }
 
-// NewOpLocks returns an empty lock table.
-func NewOpLocks() *OpLocks { return &OpLocks{held: map[string]string{}} }
+// New returns an empty lock table.
+func New() *Locks { return &Locks{held: map[string]string{}} }
 
 // TryLock takes every key or none (keys may repeat). On conflict it returns an ABORTED status
 // naming the operation in progress. The returned function releases the keys.
-func (l *OpLocks) TryLock(op string, keys ...string) (unlock func(), err error) {
+func (l *Locks) TryLock(op string, keys ...string) (unlock func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, k := range keys {
@@ -55,7 +57,7 @@ func (l *OpLocks) TryLock(op string, keys ...string) (unlock func(), err error) 
 // context lets a call abandoned at the deadline keep the keys (see package linger), so they
 // are free again only once the caller has unlocked and every such call has ended. A retry
 // meanwhile gets ABORTED instead of racing the abandoned call.
-func (l *OpLocks) TryLockContext(ctx context.Context, op string, keys ...string) (context.Context, func(), error) {
+func (l *Locks) TryLockContext(ctx context.Context, op string, keys ...string) (context.Context, func(), error) {
 	unlock, err := l.TryLock(op, keys...)
 	if err != nil {
 		return ctx, nil, err
@@ -83,7 +85,7 @@ func (l *OpLocks) TryLockContext(ctx context.Context, op string, keys ...string)
 }
 
 // Held reports how many keys are locked.
-func (l *OpLocks) Held() int {
+func (l *Locks) Held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.held)

@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"context"
@@ -58,14 +58,14 @@ func ListBlocklist(ctx context.Context, conn *ceph.Conn) (Blocklisted, error) {
 // Direct fences and unfences the CIDRs of one cluster on a connection the caller opened, with
 // the FenceController's entries, self-fencing guard and idempotency.
 type Direct struct {
-	cl   cluster
+	cl   Cluster
 	c    v1.Cluster
 	opts Options
 }
 
 // NewDirect fences c through conn (which the caller keeps and releases).
 func NewDirect(conn *ceph.Conn, c v1.Cluster, opts Options) *Direct {
-	return &Direct{cl: &cephCluster{conn: conn, key: c.MonHost(), ranges: sharedRanges}, c: c, opts: opts.withDefaults()}
+	return &Direct{cl: &cephCluster{conn: conn, key: c.MonHost(), ranges: sharedRanges}, c: c, opts: opts.WithDefaults()}
 }
 
 // sharedRanges caches the monitors' range support for Direct users.
@@ -74,11 +74,7 @@ var sharedRanges = &rangeSupport{known: map[string]rangeProbe{}}
 // Guard returns FAILED_PRECONDITION when a prefix covers this process's own client address
 // or a monitor's.
 func (d *Direct) Guard(ctx context.Context, prefixes []netip.Prefix) error {
-	prot, err := protectedAddrs(ctx, d.cl, d.c)
-	if err != nil {
-		return err
-	}
-	return checkSelfFence(prefixes, prot)
+	return Guard(ctx, d.cl, d.c, prefixes)
 }
 
 // Present reports which prefixes are fenced already, entirely by entries fencing them would
@@ -117,14 +113,14 @@ func (d *Direct) Present(ctx context.Context, prefixes []netip.Prefix) ([]netip.
 
 // Fence adds the missing entries of every prefix and returns how many it added.
 func (d *Direct) Fence(ctx context.Context, prefixes []netip.Prefix) (int, error) {
-	res, err := fence(ctx, d.cl, d.opts, prefixes)
-	return res.changed, err
+	res, err := Fence(ctx, d.cl, d.opts, prefixes)
+	return res.Changed, err
 }
 
 // Unfence removes the entries fencing the prefixes creates and returns how many it removed.
 func (d *Direct) Unfence(ctx context.Context, prefixes []netip.Prefix) (int, error) {
-	res, err := unfence(ctx, d.cl, d.opts, prefixes)
-	return res.changed, err
+	res, err := Unfence(ctx, d.cl, d.opts, prefixes)
+	return res.Changed, err
 }
 
 // Blocklist lists the cluster's blocklist.

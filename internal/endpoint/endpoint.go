@@ -1,4 +1,6 @@
-package server
+// Package endpoint turns CSI endpoints into unix socket paths and listens on them, for the
+// gRPC servers and for the mount holder's own socket protocol alike.
+package endpoint
 
 import (
 	"errors"

@@ -1,8 +1,12 @@
-package controller
+// Package cephcsiparam holds the rules for ceph-csi's StorageClass keys in classes that served
+// ceph-csi and now serve monoceph: each key accepted, or refused naming the feature.
+package cephcsiparam
 
 import (
 	"sort"
 	"strconv"
+
+	"github.com/monoceph/monoceph/internal/classparam"
 )
 
 // ceph-csi's StorageClass keys, for classes that served ceph-csi and now serve monoceph: a key
@@ -15,11 +19,11 @@ import (
 // KeyCheck checks the value of one ceph-csi key.
 type KeyCheck func(key, value string) error
 
-// CephCSIKeys maps ceph-csi keys to their checks.
-type CephCSIKeys map[string]KeyCheck
+// Keys maps ceph-csi keys to their checks.
+type Keys map[string]KeyCheck
 
 // Keys lists the keys, for UnknownParams.
-func (k CephCSIKeys) Keys() []string {
+func (k Keys) Keys() []string {
 	out := make([]string, 0, len(k))
 	for key := range k {
 		out = append(out, key)
@@ -28,8 +32,8 @@ func (k CephCSIKeys) Keys() []string {
 	return out
 }
 
-// CephCSIParams runs the checks of the keys p holds.
-func CephCSIParams(p map[string]string, keys CephCSIKeys) error {
+// Check runs the checks of the keys p holds.
+func Check(p map[string]string, keys Keys) error {
 	names := make([]string, 0, len(p))
 	for k := range p {
 		names = append(names, k)
@@ -54,7 +58,7 @@ func OnlyValue(want, feature string) KeyCheck {
 		if v == want {
 			return nil
 		}
-		return InvalidParam(key, "%q: %s not supported by monoceph (only %q)", v, isAre(feature), want)
+		return classparam.InvalidParam(key, "%q: %s not supported by monoceph (only %q)", v, isAre(feature), want)
 	}
 }
 
@@ -63,10 +67,10 @@ func NotTrue(feature string) KeyCheck {
 	return func(key, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return InvalidParam(key, "%q: want true or false", v)
+			return classparam.InvalidParam(key, "%q: want true or false", v)
 		}
 		if b {
-			return InvalidParam(key, "%q: %s not supported by monoceph", v, isAre(feature))
+			return classparam.InvalidParam(key, "%q: %s not supported by monoceph", v, isAre(feature))
 		}
 		return nil
 	}
@@ -78,14 +82,14 @@ func Empty(feature string) KeyCheck {
 		if v == "" {
 			return nil
 		}
-		return InvalidParam(key, "%q: %s not supported by monoceph", v, isAre(feature))
+		return classparam.InvalidParam(key, "%q: %s not supported by monoceph", v, isAre(feature))
 	}
 }
 
 // Refused refuses the key whatever its value.
 func Refused(feature string) KeyCheck {
 	return func(key, v string) error {
-		return InvalidParam(key, "%q: %s not supported by monoceph", v, isAre(feature))
+		return classparam.InvalidParam(key, "%q: %s not supported by monoceph", v, isAre(feature))
 	}
 }
 

@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"context"

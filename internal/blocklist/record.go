@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"context"
@@ -22,12 +22,12 @@ const LeastPrivilegeMonCaps = `allow r, allow command "osd blocklist", ` +
 	`allow command "config-key rm" with key prefix ` + RecordKeyPrefix + `, ` +
 	`allow command "config-key dump" with key prefix ` + RecordKeyPrefix
 
-// record is what fencing one CIDR relies on: its range entry and whole-address entries inside
+// Record is what fencing one CIDR relies on: its range entry and whole-address entries inside
 // it (made on monitors without range support). A record is written before the entries it
 // names are added, so a fence killed in between leaves a record naming entries that do not
 // exist (unfence skips them), never an entry that no record names (which unfence would then
 // leave for five years).
-type record struct {
+type Record struct {
 	Prefix netip.Prefix
 	Range  bool
 	// Addrs has bit i set for the whole-address entry of the i-th address of Prefix; the
@@ -38,8 +38,8 @@ type record struct {
 // Records is where a cluster keeps its fence records.
 type Records interface {
 	// ListRecords returns every record, by CIDR.
-	ListRecords(ctx context.Context) (map[netip.Prefix]record, error)
-	PutRecord(ctx context.Context, r record) error
+	ListRecords(ctx context.Context) (map[netip.Prefix]Record, error)
+	PutRecord(ctx context.Context, r Record) error
 	DeleteRecord(ctx context.Context, p netip.Prefix) error
 }
 
@@ -54,7 +54,7 @@ func hostIndex(p netip.Prefix, a netip.Addr) (int, bool) {
 }
 
 // has reports whether r names e.
-func (r record) has(e Entry) bool {
+func (r Record) has(e Entry) bool {
 	if e.Range {
 		return r.Range && e.Prefix == r.Prefix
 	}
@@ -63,7 +63,7 @@ func (r record) has(e Entry) bool {
 }
 
 // add names e in r; e must be r's range entry or an address inside it.
-func (r *record) add(e Entry) {
+func (r *Record) add(e Entry) {
 	if e.Range {
 		r.Range = r.Range || e.Prefix == r.Prefix
 		return
@@ -79,7 +79,7 @@ func (r *record) add(e Entry) {
 }
 
 // entries are the entries r names.
-func (r record) entries() []Entry {
+func (r Record) entries() []Entry {
 	var out []Entry
 	if r.Range {
 		out = append(out, Entry{Prefix: r.Prefix, Range: true})
@@ -95,7 +95,7 @@ func (r record) entries() []Entry {
 	return out
 }
 
-func (r record) equal(o record) bool {
+func (r Record) equal(o Record) bool {
 	return r.Prefix == o.Prefix && r.Range == o.Range && string(trimZeros(r.Addrs)) == string(trimZeros(o.Addrs))
 }
 
@@ -114,19 +114,19 @@ type recordValue struct {
 
 func recordKey(p netip.Prefix) string { return RecordKeyPrefix + p.String() }
 
-func encodeRecord(r record) (key, value string, err error) {
+func encodeRecord(r Record) (key, value string, err error) {
 	b, err := json.Marshal(recordValue{Range: r.Range, Addrs: trimZeros(r.Addrs)})
 	return recordKey(r.Prefix), string(b), err
 }
 
 // decodeRecords reads `config-key dump monoceph/fence/`: {"<key>": "<value>", ...}. Keys that
 // do not parse are not fence records of this driver and are left out.
-func decodeRecords(out []byte) (map[netip.Prefix]record, error) {
+func decodeRecords(out []byte) (map[netip.Prefix]Record, error) {
 	var kv map[string]string
 	if err := json.Unmarshal(out, &kv); err != nil {
 		return nil, fmt.Errorf("decode config-key dump: %w", err)
 	}
-	recs := make(map[netip.Prefix]record, len(kv))
+	recs := make(map[netip.Prefix]Record, len(kv))
 	for k, v := range kv {
 		s, ok := strings.CutPrefix(k, RecordKeyPrefix)
 		if !ok {
@@ -140,7 +140,7 @@ func decodeRecords(out []byte) (map[netip.Prefix]record, error) {
 		if err := json.Unmarshal([]byte(v), &rv); err != nil {
 			return nil, fmt.Errorf("fence record %s: %w", k, err)
 		}
-		recs[p] = record{Prefix: p, Range: rv.Range, Addrs: rv.Addrs}
+		recs[p] = Record{Prefix: p, Range: rv.Range, Addrs: rv.Addrs}
 	}
 	return recs, nil
 }

@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 )
 
-// cluster is one connected Ceph cluster, as the FenceController needs it.
-type cluster interface {
-	store
+// Cluster is one connected Ceph cluster, as fencing needs it.
+type Cluster interface {
+	Store
 	// ClientAddrs are this process's own Ceph client addresses, as the cluster sees them.
 	ClientAddrs(ctx context.Context) ([]netip.Addr, error)
 	// MonitorAddrs are the monitors' addresses from the cluster's monmap.
@@ -28,8 +28,8 @@ type cluster interface {
 	Release()
 }
 
-// connector opens a cluster as the RPC's credentials. Tests substitute fakes.
-type connector func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (cluster, error)
+// Connector opens a cluster as the RPC's credentials. Tests substitute fakes.
+type Connector func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (Cluster, error)
 
 // rangeSupportTTL bounds how long a cluster's answer about range support is trusted: long
 // enough to spare the 130 KB command table on every fence, short enough to notice an upgrade.
@@ -45,9 +45,11 @@ type rangeProbe struct {
 	at time.Time
 }
 
-func poolConnector(pool *ceph.Pool) connector {
+// PoolConnector opens clusters through the pool's connections, sharing one cache of the
+// monitors' range support.
+func PoolConnector(pool *ceph.Pool) Connector {
 	rs := &rangeSupport{known: map[string]rangeProbe{}}
-	return func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (cluster, error) {
+	return func(ctx context.Context, c v1.Cluster, cred ceph.Credentials) (Cluster, error) {
 		conn, err := pool.Get(ctx, c.MonHost(), cred)
 		if err != nil {
 			return nil, err
@@ -56,7 +58,14 @@ func poolConnector(pool *ceph.Pool) connector {
 	}
 }
 
-// cephCluster implements cluster with monitor commands on a pooled connection.
+// Open is the cluster of conn (which the caller keeps and releases), with a range-support
+// cache of its own: for reading and changing the blocklist past any fence (tests' checks and
+// cleanups).
+func Open(conn *ceph.Conn, monHost string) Cluster {
+	return &cephCluster{conn: conn, key: monHost, ranges: &rangeSupport{known: map[string]rangeProbe{}}}
+}
+
+// cephCluster implements Cluster with monitor commands on a pooled connection.
 type cephCluster struct {
 	conn   *ceph.Conn
 	key    string
@@ -155,7 +164,7 @@ func (c *cephCluster) MDSAddrs(ctx context.Context) ([]netip.Addr, error) {
 	return parseFSMap(out)
 }
 
-func (c *cephCluster) ListRecords(ctx context.Context) (map[netip.Prefix]record, error) {
+func (c *cephCluster) ListRecords(ctx context.Context) (map[netip.Prefix]Record, error) {
 	body, err := json.Marshal(map[string]string{"prefix": "config-key dump", "key": RecordKeyPrefix})
 	if err != nil {
 		return nil, err
@@ -167,7 +176,7 @@ func (c *cephCluster) ListRecords(ctx context.Context) (map[netip.Prefix]record,
 	return decodeRecords(out)
 }
 
-func (c *cephCluster) PutRecord(ctx context.Context, r record) error {
+func (c *cephCluster) PutRecord(ctx context.Context, r Record) error {
 	key, val, err := encodeRecord(r)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"context"
@@ -21,9 +21,6 @@ const (
 	// DefaultFallbackMaxPrefixV4 and V6 bound the per-address fallback to 256 entries.
 	DefaultFallbackMaxPrefixV4 = 24
 	DefaultFallbackMaxPrefixV6 = 120
-	// DefaultTimeout bounds an RPC that arrives without a deadline of its own.
-	DefaultTimeout = 2 * time.Minute
-
 	// MinFallbackPrefixV4 and V6 are the widest fallback limits accepted: 65,536 entries.
 	MinFallbackPrefixV4 = 16
 	MinFallbackPrefixV6 = 112
@@ -42,14 +39,10 @@ type Options struct {
 	// whole-address entries on monitors without range support; wider ones are refused.
 	FallbackMaxPrefixV4 int
 	FallbackMaxPrefixV6 int
-	// ServeFenceClients answers GetFenceClients with this process's own client address;
-	// right only for a process that runs on the node whose clients are asked for.
-	ServeFenceClients bool
-	// Timeout bounds an RPC without a deadline (DefaultTimeout when zero).
-	Timeout time.Duration
 }
 
-func (o Options) withDefaults() Options {
+// WithDefaults fills in the defaults of the settings left zero.
+func (o Options) WithDefaults() Options {
 	if o.Expiry <= 0 {
 		o.Expiry = DefaultExpiry
 	}
@@ -58,9 +51,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FallbackMaxPrefixV6 <= 0 {
 		o.FallbackMaxPrefixV6 = DefaultFallbackMaxPrefixV6
-	}
-	if o.Timeout <= 0 {
-		o.Timeout = DefaultTimeout
 	}
 	return o
 }
@@ -107,7 +97,7 @@ func (o Options) entriesFor(p netip.Prefix, ranges bool) ([]Entry, error) {
 
 // createdBy reports whether fencing p creates (or, on older monitors, would have created) e:
 // its range entry, or a whole-address entry inside it when p is within the fallback limit. An
-// unfence removes only such entries, and of those only the ones a record names.
+// Unfence removes only such entries, and of those only the ones a record names.
 func (o Options) createdBy(e Listed, p netip.Prefix) bool {
 	if e.Instance {
 		return false
@@ -118,29 +108,30 @@ func (o Options) createdBy(e Listed, p netip.Prefix) bool {
 	return p.Bits() >= o.fallbackLimit(p) && p.Contains(e.Prefix.Addr())
 }
 
-// result counts what a fence or unfence changed.
-type result struct {
-	changed   int // entries added or removed
-	unchanged int // entries already as asked
-	foreign   int // entries that were there but that no fence recorded: left as they are
+// Result counts what a fence or unfence changed.
+type Result struct {
+	Changed   int // entries added or removed
+	Unchanged int // entries already as asked
+	Foreign   int // entries that were there but that no fence recorded: left as they are
 }
 
-// store is a cluster's blocklist and the records of what fences made in it.
-type store interface {
+// Store is a cluster's blocklist and the records of what fences made in it.
+type Store interface {
 	Blocklist
 	Records
 }
 
-// fence makes sure every prefix is fenced. It adds the entries that are missing and renews
+// Fence makes sure every prefix is fenced. It adds the entries that are missing and renews
 // those that expire in less than half the configured expiry (an entry someone else added for
 // ten minutes must not lift our fence in ten minutes), and records, before adding them, every
 // entry the fence relies on that is the driver's: those it adds or renews, and those another
 // fence recorded. An entry that was there, long-lived, and that no fence recorded is somebody
 // else's: it fences all the same, but it is neither recorded nor ever removed by an unfence.
-func fence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix) (result, error) {
+func Fence(ctx context.Context, st Store, opts Options, prefixes []netip.Prefix) (Result, error) {
+	opts = opts.WithDefaults()
 	ranges, err := st.SupportsRanges(ctx)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	want := make(map[netip.Prefix][]Entry, len(prefixes))
 	var bad []string
@@ -152,15 +143,15 @@ func fence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix)
 		want[p] = es
 	}
 	if len(bad) > 0 {
-		return result{}, status.Error(codes.InvalidArgument, strings.Join(bad, "; "))
+		return Result{}, status.Error(codes.InvalidArgument, strings.Join(bad, "; "))
 	}
 	listed, err := st.List(ctx)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	recs, err := st.ListRecords(ctx)
 	if err != nil {
-		return result{}, recordErr(err)
+		return Result{}, recordErr(err)
 	}
 	until := make(map[Entry]time.Time, len(listed))
 	for _, l := range listed {
@@ -169,7 +160,7 @@ func fence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix)
 		}
 	}
 	renewBefore := time.Now().Add(opts.Expiry / 2)
-	var res result
+	var res Result
 	var todo []Entry
 	seen := map[Entry]bool{}
 	for _, p := range prefixes {
@@ -179,11 +170,11 @@ func fence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix)
 			t, present := until[e]
 			lasting := present && (t.IsZero() || t.After(renewBefore))
 			switch {
-			case lasting && !recorded(recs, e):
-				res.foreign++
+			case lasting && !Recorded(recs, e):
+				res.Foreign++
 				continue
 			case lasting:
-				res.unchanged++
+				res.Unchanged++
 			case !seen[e]:
 				todo = append(todo, e)
 			}
@@ -199,12 +190,12 @@ func fence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix)
 	}
 	faultpoint.Hit("fence.recorded")
 	err = each(ctx, todo, func(e Entry) error { return st.Add(ctx, e, opts.Expiry) })
-	res.changed = len(todo)
+	res.Changed = len(todo)
 	return res, err
 }
 
-// recorded reports whether any fence recorded e.
-func recorded(recs map[netip.Prefix]record, e Entry) bool {
+// Recorded reports whether any of the records names e.
+func Recorded(recs map[netip.Prefix]Record, e Entry) bool {
 	for _, r := range recs {
 		if r.has(e) {
 			return true
@@ -218,23 +209,24 @@ func recordErr(err error) error {
 	return fmt.Errorf("fence records in the monitors' config-key store (the fencing user needs mon caps allow command \"config-key set\", \"config-key rm\" and \"config-key dump\" with key prefix %s): %w", RecordKeyPrefix, err)
 }
 
-// unfence removes the entries the fences of the prefixes recorded, unless a fence of another
+// Unfence removes the entries the fences of the prefixes recorded, unless a fence of another
 // CIDR recorded them too, then the records. Entries nobody recorded stay: somebody else added
 // them. A record outlives its entries until they are all removed, so a retry finishes the job.
-func unfence(ctx context.Context, st store, opts Options, prefixes []netip.Prefix) (result, error) {
+func Unfence(ctx context.Context, st Store, opts Options, prefixes []netip.Prefix) (Result, error) {
+	opts = opts.WithDefaults()
 	recs, err := st.ListRecords(ctx)
 	if err != nil {
-		return result{}, recordErr(err)
+		return Result{}, recordErr(err)
 	}
 	listed, err := st.List(ctx)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	ours := map[netip.Prefix]bool{}
 	for _, p := range prefixes {
 		ours[p] = true
 	}
-	var res result
+	var res Result
 	var todo []Entry
 	seen := map[Entry]bool{}
 	for _, l := range listed {
@@ -246,18 +238,18 @@ func unfence(ctx context.Context, st store, opts Options, prefixes []netip.Prefi
 			r, ok := recs[p]
 			switch {
 			case !ok || !r.has(l.Entry):
-				res.foreign++
+				res.Foreign++
 			case recordedElsewhere(recs, ours, l.Entry):
-				res.unchanged++
+				res.Unchanged++
 			default:
 				todo = append(todo, l.Entry)
 			}
 		}
 	}
 	if err := each(ctx, todo, func(e Entry) error { return st.Remove(ctx, e) }); err != nil {
-		return result{changed: len(todo)}, err
+		return Result{Changed: len(todo)}, err
 	}
-	res.changed = len(todo)
+	res.Changed = len(todo)
 	faultpoint.Hit("unfence.removed")
 	for _, p := range prefixes {
 		if _, ok := recs[p]; ok {
@@ -270,7 +262,7 @@ func unfence(ctx context.Context, st store, opts Options, prefixes []netip.Prefi
 }
 
 // recordedElsewhere reports whether a fence of a CIDR outside ours recorded e.
-func recordedElsewhere(recs map[netip.Prefix]record, ours map[netip.Prefix]bool, e Entry) bool {
+func recordedElsewhere(recs map[netip.Prefix]Record, ours map[netip.Prefix]bool, e Entry) bool {
 	for p, r := range recs {
 		if !ours[p] && r.has(e) {
 			return true

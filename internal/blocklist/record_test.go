@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"net/netip"
@@ -24,7 +24,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := record{Prefix: netip.MustParsePrefix(tt.prefix)}
+			r := Record{Prefix: netip.MustParsePrefix(tt.prefix)}
 			for _, e := range tt.entries {
 				r.add(e)
 			}

@@ -1,4 +1,4 @@
-package server
+package oplock
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 )
 
 func TestOpLocks(t *testing.T) {
-	l := NewOpLocks()
+	l := New()
 	unlock, err := l.TryLock("CreateVolume", "vol-1", "name-1")
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +58,7 @@ func TestOpLocks(t *testing.T) {
 }
 
 func TestOpLocksMutualExclusion(t *testing.T) {
-	l := NewOpLocks()
+	l := New()
 	var inside, maxInside, aborted atomic.Int32
 	var wg sync.WaitGroup
 	for range 64 {
@@ -89,7 +89,7 @@ func TestOpLocksMutualExclusion(t *testing.T) {
 }
 
 func TestTryLockContextLingers(t *testing.T) {
-	l := NewOpLocks()
+	l := New()
 	ctx, unlock, err := l.TryLockContext(context.Background(), "DeleteVolume", "vol-1")
 	if err != nil {
 		t.Fatal(err)

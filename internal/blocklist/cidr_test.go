@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"net/netip"
@@ -52,7 +52,7 @@ func TestParseCIDR(t *testing.T) {
 }
 
 func TestParseCIDRsNamesEveryBadEntry(t *testing.T) {
-	_, err := parseCIDRs([]string{"192.0.2.0/24", "192.0.2.1/24", "garbage", ""})
+	_, err := ParseCIDRs([]string{"192.0.2.0/24", "192.0.2.1/24", "garbage", ""})
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -64,10 +64,10 @@ func TestParseCIDRsNamesEveryBadEntry(t *testing.T) {
 	if strings.Contains(err.Error(), "cidrs[0]") {
 		t.Errorf("error names the good entry: %q", err)
 	}
-	if _, err := parseCIDRs(nil); err == nil || !strings.Contains(err.Error(), "at least one CIDR") {
+	if _, err := ParseCIDRs(nil); err == nil || !strings.Contains(err.Error(), "at least one CIDR") {
 		t.Errorf("empty list: %v", err)
 	}
-	ps, err := parseCIDRs([]string{"192.0.2.0/24", "192.0.2.0/24", "198.51.100.7"})
+	ps, err := ParseCIDRs([]string{"192.0.2.0/24", "192.0.2.0/24", "198.51.100.7"})
 	if err != nil || len(ps) != 2 {
 		t.Errorf("duplicates: %v, %v", ps, err)
 	}

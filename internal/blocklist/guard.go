@@ -1,4 +1,4 @@
-package fence
+package blocklist
 
 import (
 	"context"
@@ -11,8 +11,20 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ForceParameter overrides the self-fencing guard.
+// ForceParameter overrides the self-fencing guard (a FenceClusterNetwork parameter; the
+// guard's refusals name it).
 const ForceParameter = "force"
+
+// Guard returns FAILED_PRECONDITION when a prefix covers cl's own client address (this
+// process's) or the address of one of the cluster's daemons (c's monitors among them); an
+// address it cannot learn is an error too.
+func Guard(ctx context.Context, cl Cluster, c v1.Cluster, prefixes []netip.Prefix) error {
+	prot, err := protectedAddrs(ctx, cl, c)
+	if err != nil {
+		return err
+	}
+	return checkSelfFence(prefixes, prot)
+}
 
 // protected is an address a fence must not cover without force, and why.
 type protected struct {
@@ -26,7 +38,7 @@ type protected struct {
 // daemons running there (their own client sessions: a manager's modules, an MDS's journal and
 // metadata I/O). An address the guard cannot learn fails the fence rather than waving it
 // through.
-func protectedAddrs(ctx context.Context, cl cluster, c v1.Cluster) ([]protected, error) {
+func protectedAddrs(ctx context.Context, cl Cluster, c v1.Cluster) ([]protected, error) {
 	own, err := cl.ClientAddrs(ctx)
 	if err != nil {
 		return nil, err
