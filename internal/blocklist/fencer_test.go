@@ -149,28 +149,28 @@ func TestUnfenceRemovesOnlyWhatFencesRecorded(t *testing.T) {
 		ranges  bool
 		manual  []Listed // added by hand before the fences
 		fences  [][]string
-		Unfence []string
+		unfence []string
 		kept    []Entry
 		gone    []Entry
 	}{
-		{name: "fenced range", ranges: true, fences: [][]string{{"192.0.2.0/24"}}, Unfence: []string{"192.0.2.0/24"},
+		{name: "fenced range", ranges: true, fences: [][]string{{"192.0.2.0/24"}}, unfence: []string{"192.0.2.0/24"},
 			gone: []Entry{rangeEntry("192.0.2.0/24")}},
 		{name: "manual range of the same CIDR", ranges: true, manual: []Listed{{Entry: rangeEntry("192.0.2.0/24"), Until: until}},
-			fences: [][]string{{"192.0.2.0/24"}}, Unfence: []string{"192.0.2.0/24"}, kept: []Entry{rangeEntry("192.0.2.0/24")}},
+			fences: [][]string{{"192.0.2.0/24"}}, unfence: []string{"192.0.2.0/24"}, kept: []Entry{rangeEntry("192.0.2.0/24")}},
 		{name: "manual range, never fenced", ranges: true, manual: []Listed{{Entry: rangeEntry("192.0.2.0/24"), Until: until}},
-			Unfence: []string{"192.0.2.0/24"}, kept: []Entry{rangeEntry("192.0.2.0/24")}},
+			unfence: []string{"192.0.2.0/24"}, kept: []Entry{rangeEntry("192.0.2.0/24")}},
 		{name: "manual address inside a fallback range", manual: []Listed{{Entry: addrEntry("192.0.2.5"), Until: until}},
-			fences: [][]string{{"192.0.2.0/30"}, {"192.0.2.4/30"}}, Unfence: []string{"192.0.2.0/30", "192.0.2.4/30"},
+			fences: [][]string{{"192.0.2.0/30"}, {"192.0.2.4/30"}}, unfence: []string{"192.0.2.0/30", "192.0.2.4/30"},
 			kept: []Entry{addrEntry("192.0.2.5")}, gone: []Entry{addrEntry("192.0.2.0"), addrEntry("192.0.2.4"), addrEntry("192.0.2.7")}},
 		{name: "client instance and other CIDRs", ranges: true, manual: []Listed{
 			{Entry: addrEntry("192.0.2.200"), Instance: true, Until: until}, {Entry: rangeEntry("192.0.2.0/25"), Until: until},
 			{Entry: addrEntry("10.1.2.3"), Until: until}},
-			fences: [][]string{{"192.0.2.0/24", "10.0.0.0/8"}}, Unfence: []string{"192.0.2.0/24", "10.0.0.0/8"},
+			fences: [][]string{{"192.0.2.0/24", "10.0.0.0/8"}}, unfence: []string{"192.0.2.0/24", "10.0.0.0/8"},
 			kept: []Entry{addrEntry("192.0.2.200"), rangeEntry("192.0.2.0/25"), addrEntry("10.1.2.3")},
 			gone: []Entry{rangeEntry("192.0.2.0/24"), rangeEntry("10.0.0.0/8")}},
-		{name: "entries another fence relies on", fences: [][]string{{"192.0.2.0/30"}, {"192.0.2.0/31"}}, Unfence: []string{"192.0.2.0/30"},
+		{name: "entries another fence relies on", fences: [][]string{{"192.0.2.0/30"}, {"192.0.2.0/31"}}, unfence: []string{"192.0.2.0/30"},
 			kept: []Entry{addrEntry("192.0.2.0"), addrEntry("192.0.2.1")}, gone: []Entry{addrEntry("192.0.2.2"), addrEntry("192.0.2.3")}},
-		{name: "fenced before an upgrade, unfenced after", fences: [][]string{{"192.0.2.0/30"}}, Unfence: []string{"192.0.2.0/30"},
+		{name: "fenced before an upgrade, unfenced after", fences: [][]string{{"192.0.2.0/30"}}, unfence: []string{"192.0.2.0/30"},
 			gone: []Entry{addrEntry("192.0.2.0"), addrEntry("192.0.2.3")}},
 	}
 	for _, tt := range tests {
@@ -185,7 +185,7 @@ func TestUnfenceRemovesOnlyWhatFencesRecorded(t *testing.T) {
 				}
 			}
 			bl.ranges = true // the monitors were upgraded in between (no change for the range cases)
-			if _, err := Unfence(ctx, bl, testOpts, prefixes(tt.Unfence...)); err != nil {
+			if _, err := Unfence(ctx, bl, testOpts, prefixes(tt.unfence...)); err != nil {
 				t.Fatal(err)
 			}
 			for _, e := range tt.kept {
@@ -198,7 +198,7 @@ func TestUnfenceRemovesOnlyWhatFencesRecorded(t *testing.T) {
 					t.Errorf("%v left", e)
 				}
 			}
-			for _, p := range prefixes(tt.Unfence...) {
+			for _, p := range prefixes(tt.unfence...) {
 				if _, ok := bl.records[p]; ok {
 					t.Errorf("record of %s left", p)
 				}

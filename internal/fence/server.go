@@ -36,7 +36,9 @@ type Options struct {
 // DefaultTimeout bounds an RPC that arrives without a deadline of its own.
 const DefaultTimeout = 2 * time.Minute
 
-func (o Options) withDefaults() Options {
+// WithDefaults fills in the defaults of the settings left zero, the blocklist's included (it
+// shadows blocklist.Options.WithDefaults, which would drop Timeout and ServeFenceClients).
+func (o Options) WithDefaults() Options {
 	o.Options = o.Options.WithDefaults()
 	if o.Timeout <= 0 {
 		o.Timeout = DefaultTimeout
@@ -59,7 +61,7 @@ func NewServer(clusters Clusters, pool *ceph.Pool, opts Options) *Server {
 }
 
 func newServer(clusters Clusters, connect blocklist.Connector, opts Options) *Server {
-	return &Server{clusters: clusters, connect: connect, locks: newCIDRLocks(), opts: opts.withDefaults()}
+	return &Server{clusters: clusters, connect: connect, locks: newCIDRLocks(), opts: opts.WithDefaults()}
 }
 
 // ServesFenceClients reports whether GetFenceClients is answered (Options.ServeFenceClients).

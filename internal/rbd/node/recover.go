@@ -90,7 +90,7 @@ func (s *Server) reattach(ctx context.Context, rec *record) error {
 	a, err := s.attachers[volumecontext.MounterFuse].Attach(ctx, attach.Request{Image: rec.Attachment.Image, MonHost: cluster.MonHost(),
 		Cred: cred, ReadOnly: rec.ReadOnly, WorkDir: rec.Attachment.WorkDir, KeepOnly: true, CrushLocation: s.crushLocation(ctx, cluster)})
 	if err != nil {
-		return errorStatus("reattaching image "+rec.Attachment.Image.Spec(), err)
+		return reattachStatus(rec.Attachment.Image.Spec(), err)
 	}
 	if a.Device != rec.Attachment.Device {
 		// KeepOnly never makes a new device: the holder found another one on the same file
@@ -101,4 +101,22 @@ func (s *Server) reattach(ctx context.Context, rec *record) error {
 		return status.Errorf(codes.Internal, "writing the staging record: %v", err)
 	}
 	return nil
+}
+
+// reattachStatus is the status of a failed reattach. Only the node's own verdicts are final
+// there: the image is gone, its connection is lost, or its mounter is missing. A refusal of
+// Ceph's, of any class, answers UNAVAILABLE, which Recover retries (nodereq.Retryable) until its
+// context ends: after a restart the cluster, the network and the dead holder's session settle
+// (a lock or watch the old holder kept, a monitor name DNS cannot resolve yet, cephx under a
+// skewed clock), and the CO never stages a staged volume again to heal it.
+func reattachStatus(spec string, err error) error {
+	st := errorStatus("reattaching image "+spec, err)
+	var unavailable *attach.UnavailableError
+	if errors.Is(err, attach.ErrImageNotFound) || errors.Is(err, attach.ErrConnectionLost) || errors.As(err, &unavailable) {
+		return st
+	}
+	if nodereq.Retryable(st) {
+		return st
+	}
+	return status.Error(codes.Unavailable, status.Convert(st).Message())
 }
