@@ -51,13 +51,16 @@ c() { clean timeout 60 ceph -c "$CONF" --connect-timeout 15 "$@"; }
 r() { clean timeout 60 rbd -c "$CONF" "$@"; }
 
 # rbd-mirror runs in the foreground under setsid, so that its PID is ours to record and stop;
-# as client.admin (a throwaway rig: no separate mirror user to set up).
+# as client.admin (a throwaway rig: no separate mirror user to set up). It reports each image's
+# mirroring status (what GetVolumeReplicationInfo reads) every second instead of Ceph's 30:
+# the tests measure the copy, not the report's period.
 start_mirror() {
   local pid
   if pid=$(cat "$CEPH_DIR/run/rbd-mirror.pid" 2>/dev/null) && [[ -d /proc/$pid ]]; then return 0; fi
   # its pool replayers read the local cluster's config from CEPH_CONF, not from -c
   clean CEPH_CONF="$CONF" setsid rbd-mirror -f -c "$CONF" --id admin --log-file "$CEPH_DIR/log/rbd-mirror.log" \
     --admin-socket "$CEPH_DIR/run/rbd-mirror.asok" --rbd-mirror-pool-replayers-refresh-interval 5 \
+    --rbd-mirror-image-state-check-interval 1 \
     </dev/null >>"$CEPH_DIR/log/rbd-mirror.out" 2>&1 &
   echo $! >"$CEPH_DIR/run/rbd-mirror.pid"
 }

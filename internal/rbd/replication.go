@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -357,7 +358,8 @@ func (r *Replication) DisableVolumeReplication(ctx context.Context, req *replpb.
 }
 
 // PromoteVolume makes the volume's image primary on this site. A secondary whose peer is still
-// primary (or unreachable) is refused by librbd with EBUSY: that is FAILED_PRECONDITION, and
+// primary (or unreachable) is refused by librbd with EBUSY or EINVAL, and one whose peer's
+// demotion has not reached it yet with EROFS: each is FAILED_PRECONDITION (the CO retries), and
 // force=true promotes it anyway (a lost primary site; the old primary must be demoted and
 // resynced when it returns, see ResyncVolume).
 func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolumeRequest) (*replpb.PromoteVolumeResponse, error) {
@@ -381,7 +383,7 @@ func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolu
 		_, err = withMirrorImage(ctx, t, "promote", func(_ *rados.IOContext, img *rbd.Image) (struct{}, error) {
 			return struct{}{}, img.MirrorPromote(req.GetForce())
 		})
-		if ceph.Is(err, ceph.ErrBusy) || ceph.Is(err, ceph.ErrInvalid) {
+		if ceph.Is(err, ceph.ErrBusy) || ceph.Is(err, ceph.ErrInvalid) || ceph.Errno(err) == -int(syscall.EROFS) {
 			return nil, status.Errorf(codes.FailedPrecondition, "volume %s cannot be promoted while its peer is primary or replaying (demote it there first, or promote with force for a lost site): %v", t.raw, err)
 		}
 		if err != nil {
