@@ -14,6 +14,7 @@ import (
 	replpb "github.com/csi-addons/spec/lib/go/replication"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -131,6 +132,7 @@ func sourceVolume(req replRequest) (string, error) {
 // replTarget is a request's image, opened under the volume's lock.
 type replTarget struct {
 	raw   string
+	id    volumeID
 	loc   radosop.Location
 	image string
 	mgr   *ceph.Conn // manager commands (snapshot schedules); nil until needed
@@ -158,7 +160,7 @@ func (r *Replication) open(ctx context.Context, op string, req replRequest) (con
 		unlock()
 		return ctx, nil, err
 	}
-	t := &replTarget{raw: raw, loc: p, image: v.image}
+	t := &replTarget{raw: raw, id: v.id, loc: p, image: v.image}
 	t.done = func() {
 		if t.mgr != nil {
 			t.mgr.Release()
@@ -397,8 +399,11 @@ func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolu
 	return &replpb.PromoteVolumeResponse{}, nil
 }
 
-// DemoteVolume makes the volume's image secondary on this site: its clients can no longer
-// write (librbd answers EROFS), and the peer can be promoted without force.
+// DemoteVolume makes the volume's image secondary on this site, and the peer can then be
+// promoted without force. librbd demotes an image even while a client writes to it, and that
+// client's next writes fail with EROFS: a filesystem on it loses what it had not written back.
+// So a volume still published to a node (ControllerPublishVolume's record) is refused with
+// FAILED_PRECONDITION unless the request says force.
 func (r *Replication) DemoteVolume(ctx context.Context, req *replpb.DemoteVolumeRequest) (*replpb.DemoteVolumeResponse, error) {
 	ctx, t, err := r.open(ctx, "DemoteVolume", req)
 	if err != nil {
@@ -411,6 +416,15 @@ func (r *Replication) DemoteVolume(ctx context.Context, req *replpb.DemoteVolume
 	}
 	if s.info.State != rbd.MirrorImageEnabled {
 		return nil, notEnabled(t.raw, s)
+	}
+	if s.info.Primary && !req.GetForce() {
+		st, err := attachment.Read(ctx, t.loc, t.id.attachKey())
+		if err != nil {
+			return nil, err
+		}
+		if nodes := st.Nodes(); len(nodes) > 0 {
+			return nil, status.Errorf(codes.FailedPrecondition, "volume %s is still published to %v: stop its workload (unpublish it) before demoting, or demote with force (its writers then fail with EROFS)", t.raw, nodes)
+		}
 	}
 	if s.info.Primary {
 		_, err = withMirrorImage(ctx, t, "demote", func(_ *rados.IOContext, img *rbd.Image) (struct{}, error) {

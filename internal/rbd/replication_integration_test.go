@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/server"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -331,6 +333,34 @@ func TestMirrorFailover(t *testing.T) {
 	snapAt := a.mirrorSnapshot(ctx, t, vol)
 	took := a.waitSynced(ctx, t, vol, snapAt)
 	t.Logf("MEASURED sync of 256 MiB: %v (%.1f MiB/s)", took.Round(time.Millisecond), 256/took.Seconds())
+
+	// a volume still published to a node is not demoted: its writers would get EROFS
+	snw := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}}}
+	if _, err := a.csi.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: vol, NodeId: "node-1", VolumeCapability: snw, Secrets: a.secrets}); err != nil {
+		t.Fatalf("ControllerPublishVolume on A: %v", err)
+	}
+	if _, err := a.repl.DemoteVolume(ctx, &replpb.DemoteVolumeRequest{ReplicationSource: replSource(vol), Secrets: a.secrets}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("DemoteVolume of a published volume: %v, want FailedPrecondition", err)
+	}
+	// what node-1's plugin records at NodeStageVolume: its client addresses (not 127.0.0.1,
+	// where site B's rbd-mirror watches the primary image from: a node recording none would
+	// own every watcher, that one too, and never be unpublished)
+	p, _, _, err := a.ctrl.openVolume(ctx, vol, a.secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = attachment.Modify(ctx, p, mustVol(t, vol).UID, "test", func(st *attachment.State) error {
+		st.Clients["node-1"] = attachment.Clients{Addrs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, At: time.Now()}
+		return nil
+	})
+	p.Conn.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.csi.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: vol, NodeId: "node-1", Secrets: a.secrets}); err != nil {
+		t.Fatalf("ControllerUnpublishVolume on A: %v", err)
+	}
 
 	// planned migration: demote A, promote B
 	demoteAt := time.Now()
