@@ -108,8 +108,8 @@ cmd_start() {
     if [[ $s == b ]]; then
       # the same pool name under another pool ID on B, as on real sites: the IDs volume IDs
       # carry must be mapped (see the cluster map's mirrorPeers)
-      c osd pool rm "$POOL" "$POOL" --yes-i-really-really-mean-it >/dev/null
-      c osd pool create "$POOL" 8 8 >/dev/null
+      c osd pool rm "$POOL" "$POOL" --yes-i-really-really-mean-it >/dev/null 2>&1
+      c osd pool create "$POOL" 8 8 >/dev/null 2>&1
       r pool init "$POOL"
     fi
     r mirror pool enable --site-name "site-$s" "$POOL" image

@@ -457,6 +457,11 @@ func (r *Replication) ResyncVolume(ctx context.Context, req *replpb.ResyncVolume
 	if err != nil {
 		return nil, err
 	}
+	if s.info.State != rbd.MirrorImageEnabled && s.info.State != rbd.MirrorImageDisabled {
+		// the copy the daemon makes again reports no mirroring state for a moment (seen: a
+		// state librbd's enum does not name)
+		return nil, status.Errorf(codes.Aborted, "volume %s is being resynced (mirroring state %s)", t.raw, s.info.State)
+	}
 	if s.info.State != rbd.MirrorImageEnabled {
 		return nil, notEnabled(t.raw, s)
 	}

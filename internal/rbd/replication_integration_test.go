@@ -380,6 +380,15 @@ func TestMirrorFailover(t *testing.T) {
 		CapacityRange: &csi.CapacityRange{RequiredBytes: size + 64<<20}, Secrets: b.secrets}); err != nil {
 		t.Fatalf("ControllerExpandVolume on B with A's volume ID: %v", err)
 	}
+	// a snapshot of it on B, by B's VolumeSnapshotClass (B's cluster ID)
+	snap, err := b.csi.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{SourceVolumeId: vol, Name: "snap-on-b-" + vol[len(vol)-16:],
+		Parameters: map[string]string{"clusterID": b.cluster}, Secrets: b.secrets})
+	if err != nil {
+		t.Fatalf("CreateSnapshot on B of A's volume ID: %v", err)
+	}
+	if _, err := b.csi.DeleteSnapshot(ctx, &csi.DeleteSnapshotRequest{SnapshotId: snap.GetSnapshot().GetSnapshotId(), Secrets: b.secrets}); err != nil {
+		t.Fatalf("DeleteSnapshot on B: %v", err)
+	}
 	write(b, 100, 200)
 	if _, err := b.repl.GetVolumeReplicationInfo(ctx, &replpb.GetVolumeReplicationInfoRequest{ReplicationSource: replSource(vol), Secrets: b.secrets}); err != nil && status.Code(err) != codes.NotFound {
 		t.Fatalf("GetVolumeReplicationInfo on the new primary B: %v", err)
