@@ -50,29 +50,49 @@ site() {
 c() { clean timeout 60 ceph -c "$CONF" --connect-timeout 15 "$@"; }
 r() { clean timeout 60 rbd -c "$CONF" "$@"; }
 
-# rbd-mirror runs in the foreground under setsid, so that its PID is ours to record and stop;
-# as client.admin (a throwaway rig: no separate mirror user to set up). It reports each image's
-# mirroring status (what GetVolumeReplicationInfo reads) every second instead of Ceph's 30:
-# the tests measure the copy, not the report's period.
+# rbd-mirror runs in the foreground (-f) in a session of its own, as client.admin (a throwaway
+# rig: no separate mirror user to set up). It reports each image's mirroring status (what
+# GetVolumeReplicationInfo reads) every second instead of Ceph's 30: the tests measure the
+# copy, not the report's period. Its PID is found by its command line (this site's ceph.conf),
+# not by $!: a background shell function is a subshell, and $! names that subshell.
+mirror_pids() {
+  local p cmd
+  for p in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline") || continue
+    [[ $cmd == "rbd-mirror -f -c $CONF "* ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
 start_mirror() {
-  local pid
-  if pid=$(cat "$CEPH_DIR/run/rbd-mirror.pid" 2>/dev/null) && [[ -d /proc/$pid ]]; then return 0; fi
+  local i
+  [[ -z $(mirror_pids) ]] || return 0
   # its pool replayers read the local cluster's config from CEPH_CONF, not from -c
-  clean CEPH_CONF="$CONF" setsid rbd-mirror -f -c "$CONF" --id admin --log-file "$CEPH_DIR/log/rbd-mirror.log" \
+  env -i -C / PATH="$PATH" HOME="${HOME:-/root}" LANG=C.UTF-8 CEPH_CONF="$CONF" \
+    setsid rbd-mirror -f -c "$CONF" --id admin --log-file "$CEPH_DIR/log/rbd-mirror.log" \
     --admin-socket "$CEPH_DIR/run/rbd-mirror.asok" --rbd-mirror-pool-replayers-refresh-interval 5 \
     --rbd-mirror-image-state-check-interval 1 \
     </dev/null >>"$CEPH_DIR/log/rbd-mirror.out" 2>&1 &
-  echo $! >"$CEPH_DIR/run/rbd-mirror.pid"
+  for ((i = 0; i < 50; i++)); do
+    [[ -n $(mirror_pids) ]] && break
+    sleep 0.1
+  done
+  [[ -n $(mirror_pids) ]] || die "rbd-mirror of $CEPH_DIR did not start (see $CEPH_DIR/log/rbd-mirror.out)"
+  mirror_pids >"$CEPH_DIR/run/rbd-mirror.pid"
 }
 
+# stop_mirror: SIGTERM, then SIGKILL after 10 s: rbd-mirror's orderly shutdown can wait for a
+# cluster that is already gone.
 stop_mirror() {
-  local pid i
-  pid=$(cat "$CEPH_DIR/run/rbd-mirror.pid" 2>/dev/null) || return 0
-  if [[ $(cat "/proc/$pid/comm" 2>/dev/null) == rbd-mirror ]]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do [[ -d /proc/$pid ]] || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
+  local pids p i
+  pids=$(mirror_pids)
+  [[ -n $pids ]] || { rm -f "$CEPH_DIR/run/rbd-mirror.pid"; return 0; }
+  for p in $pids; do kill -TERM "$p" 2>/dev/null || true; done
+  for ((i = 0; i < 100; i++)); do
+    [[ -n $(mirror_pids) ]] || break
+    sleep 0.1
+  done
+  for p in $(mirror_pids); do kill -KILL "$p" 2>/dev/null || true; done
   rm -f "$CEPH_DIR/run/rbd-mirror.pid"
 }
 
