@@ -41,7 +41,7 @@ TEST_ENV := export MONOCEPH_INTEGRATION=1 MONOCEPH_BIN=$(CURDIR)/$(BIN)/monoceph
 	MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager
 
 .PHONY: all build test sanity test-core test-features unit lint fmt bench run stop deps ceph-start ceph-stop clean tools e2e-tools e2e \
-	faults image image-base image-save test-releases test-matrix bench-matrix test-zones
+	faults image image-base image-save test-releases test-matrix bench-matrix test-zones test-mirror
 
 all: build
 
@@ -144,6 +144,19 @@ test-zones:
 	    grep -vE '^[IEW][0-9]{4} ' | tee $(BIN)/zones.log; \
 	  rc=$$?; scripts/ceph-zones.sh stop >/dev/null; \
 	  if grep -q -- '--- SKIP' $(BIN)/zones.log; then echo "::: make test-zones: a test skipped"; rc=1; fi; exit $$rc
+
+# Volume replication between two clusters (RBD snapshot mirroring): scripts/ceph-mirror.sh
+# starts sites A and B (mon 3600/3689 and 3650/3699, daemons 7600-7800 and 7900-8100) with an
+# rbd-mirror daemon each, TestMirror runs on them, and both are stopped and purged whatever it
+# answers.
+MIRROR_TIMEOUT ?= 15m
+# A skipped test fails the goal, as in test-zones.
+test-mirror: build
+	@set -o pipefail; scripts/ceph-mirror.sh start >/dev/null && eval "$$(scripts/ceph-mirror.sh env)" && $(TEST_ENV) && \
+	  go test -count=1 -v -timeout $(MIRROR_TIMEOUT) -run '^TestMirror' ./internal/rbd/ 2>&1 | \
+	    grep -vE '^[IEW][0-9]{4} ' | tee $(BIN)/mirror.log; \
+	  rc=$$?; scripts/ceph-mirror.sh stop >/dev/null; \
+	  if grep -q -- '--- SKIP' $(BIN)/mirror.log; then echo "::: make test-mirror: a test skipped"; rc=1; fi; exit $$rc
 
 # Unit tests only: integration tests skip themselves without a cluster.
 unit:

@@ -8,6 +8,8 @@ PACKAGES=(
   ceph-mon ceph-osd ceph-mgr ceph-mds
   # Ceph clients the node plugin drives
   ceph-common ceph-fuse rbd-fuse
+  # RBD mirroring between two local clusters (scripts/ceph-mirror.sh, make test-mirror)
+  rbd-mirror
   # C libraries go-ceph links against (cgo)
   librados-dev librbd-dev libcephfs-dev
   # build toolchain for cgo

@@ -27,6 +27,10 @@ type Cluster struct {
 	NFS NFSOptions `json:"nfs,omitempty"`
 	// ReadAffinity makes RBD volumes read from the OSDs nearest to the node (ceph-csi's key).
 	ReadAffinity ReadAffinity `json:"readAffinity,omitempty"`
+
+	// MirrorOf is set by Lookup when the entry was found through the cluster ID of one of its
+	// RBD mirror peers: RBDPoolID then maps that peer's pool IDs.
+	MirrorOf string `json:"-"`
 }
 
 // NFSOptions are ceph-csi's NFS options; monoceph has no NFS driver.
@@ -93,9 +97,22 @@ type RBDDefaults struct {
 	RadosNamespace string `json:"radosNamespace,omitempty"`
 	// NetNamespaceFilePath: as CephFSDefaults'.
 	NetNamespaceFilePath string `json:"netNamespaceFilePath,omitempty"`
-	// MirrorDaemonCount is ceph-csi's hint for RBD mirroring (volume replication), which
-	// monoceph does not offer; accepted and unused.
+	// MirrorDaemonCount is ceph-csi's hint for RBD mirroring (volume replication); accepted
+	// and unused: monoceph asks no daemon count.
 	MirrorDaemonCount int `json:"mirrorDaemonCount,omitempty"`
+	// MirrorPeers are the clusters whose mirrored RBD images this cluster holds (RBD
+	// mirroring, volume replication): a volume ID minted on a peer names the peer's cluster
+	// ID and pool ID, and resolves here, on this entry's monitors, in the pool PoolIDs maps
+	// it to. ceph-csi keeps the same mapping in a ConfigMap of its own (ClusterIDMapping,
+	// RBDPoolIDMapping); here it is part of the entry of the cluster that needs it.
+	MirrorPeers []MirrorPeer `json:"mirrorPeers,omitempty"`
+}
+
+// MirrorPeer maps a peer cluster's IDs to this cluster's: PoolIDs maps the peer's pool ID (a
+// decimal string, as JSON keys are strings) to the ID of the pool of the same name here.
+type MirrorPeer struct {
+	ClusterID string           `json:"clusterID"`
+	PoolIDs   map[string]int64 `json:"poolIDs"`
 }
 
 // ClusterMap is the whole configuration file: every cluster the driver serves.
@@ -149,6 +166,19 @@ func (m ClusterMap) Validate() error {
 		}
 		seen[c.ClusterID] = true
 	}
+	// a peer's cluster ID must name one place: never an entry too, never two entries' peer
+	peers := map[string]string{}
+	for _, c := range m {
+		for _, p := range c.RBD.MirrorPeers {
+			if seen[p.ClusterID] {
+				return fmt.Errorf("cluster %q: rbd.mirrorPeers: %q is an entry of this map too: a volume ID of it would name two clusters", c.ClusterID, p.ClusterID)
+			}
+			if other, ok := peers[p.ClusterID]; ok {
+				return fmt.Errorf("cluster %q: rbd.mirrorPeers: %q is a mirror peer of cluster %q too", c.ClusterID, p.ClusterID, other)
+			}
+			peers[p.ClusterID] = c.ClusterID
+		}
+	}
 	return nil
 }
 
@@ -184,20 +214,60 @@ func (c Cluster) Validate() error {
 			return fmt.Errorf("cluster %q: %s %q: running Ceph clients in another network namespace is not supported by monoceph", c.ClusterID, key, v)
 		}
 	}
+	for _, p := range c.RBD.MirrorPeers {
+		if !clusterIDPattern.MatchString(p.ClusterID) {
+			return fmt.Errorf("cluster %q: rbd.mirrorPeers: clusterID %q: want 1-36 characters of [A-Za-z0-9._-], starting alphanumeric", c.ClusterID, p.ClusterID)
+		}
+		if len(p.PoolIDs) == 0 {
+			return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs must map at least one pool ID", c.ClusterID, p.ClusterID)
+		}
+		for k, v := range p.PoolIDs {
+			if id, err := strconv.ParseInt(k, 10, 64); err != nil || id < 0 || v < 0 {
+				return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs %q: %d: want a pool ID (a decimal string) mapped to a pool ID", c.ClusterID, p.ClusterID, k, v)
+			}
+		}
+	}
 	if c.ReadAffinity.Enabled && len(c.ReadAffinity.CrushLocationLabels) == 0 {
 		return fmt.Errorf("cluster %q: readAffinity.enabled: crushLocationLabels must name the node labels of the CRUSH location", c.ClusterID)
 	}
 	return nil
 }
 
-// Lookup finds a cluster by ID.
+// Lookup finds a cluster by ID, or the cluster that lists clusterID among its RBD mirror
+// peers (with MirrorOf set to it).
 func (m ClusterMap) Lookup(clusterID string) (Cluster, bool) {
 	for _, c := range m {
 		if c.ClusterID == clusterID {
 			return c, true
 		}
 	}
+	for _, c := range m {
+		for _, p := range c.RBD.MirrorPeers {
+			if p.ClusterID == clusterID {
+				c.MirrorOf = clusterID
+				return c, true
+			}
+		}
+	}
 	return Cluster{}, false
+}
+
+// RBDPoolID is the ID, on this cluster, of the pool a volume ID's pool ID names: the same ID,
+// or, for an entry found through a mirror peer's cluster ID, the ID its poolIDs map it to.
+// An unmapped pool is an error, never a guess: pool IDs of two clusters mean nothing alike.
+func (c Cluster) RBDPoolID(id int64) (int64, error) {
+	if c.MirrorOf == "" {
+		return id, nil
+	}
+	for _, p := range c.RBD.MirrorPeers {
+		if p.ClusterID != c.MirrorOf {
+			continue
+		}
+		if local, ok := p.PoolIDs[strconv.FormatInt(id, 10)]; ok {
+			return local, nil
+		}
+	}
+	return 0, fmt.Errorf("cluster map: pool ID %d of cluster %q has no entry in the rbd.mirrorPeers poolIDs of cluster %q", id, c.MirrorOf, c.ClusterID)
 }
 
 // MonHost is the monitor list in the form librados' mon_host option takes.

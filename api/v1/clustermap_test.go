@@ -40,6 +40,13 @@ func TestParseClusterMap(t *testing.T) {
 		{"ceph-csi nfs net namespace", `[{"clusterID":"a","monitors":["m"],"nfs":{"netNamespaceFilePath":"/x"}}]`, "nfs.netNamespaceFilePath"},
 		{"read affinity without labels", `[{"clusterID":"a","monitors":["m"],"readAffinity":{"enabled":true}}]`, "crushLocationLabels must name"},
 		{"read affinity", `[{"clusterID":"a","monitors":["m"],"readAffinity":{"enabled":true,"crushLocationLabels":["topology.kubernetes.io/zone"]}}]`, ""},
+		{"mirror peers", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5}}]}}]`, ""},
+		{"mirror peer is an entry", `[{"clusterID":"a","monitors":["m"]},{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5}}]}}]`, "is an entry of this map too"},
+		{"mirror peer twice", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5}}]}},{"clusterID":"c","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5}}]}}]`, `mirror peer of cluster "b" too`},
+		{"mirror peer bad id", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a/x","poolIDs":{"2":5}}]}}]`, `clusterID "a/x"`},
+		{"mirror peer no pools", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a"}]}}]`, "at least one pool ID"},
+		{"mirror peer bad pool", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"rbd":5}}]}}]`, `poolIDs "rbd"`},
+		{"mirror peer negative pool", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":-1}}]}}]`, `poolIDs "2"`},
 		{"mount options with spaces", `[{"clusterID":"a","monitors":["m"],"cephFS":{"kernelMountOptions":"a b"}}]`, "without spaces"},
 	}
 	for _, tt := range tests {
@@ -171,5 +178,51 @@ func TestCrushLocation(t *testing.T) {
 				t.Errorf("CrushLocation = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMirrorPeerLookup: a volume ID minted on site A (cluster a, pool 2) resolves on site B's
+// map to B's monitors and B's pool 5; B's own IDs resolve unchanged; an unmapped pool is an
+// error, never the same number taken for another pool.
+func TestMirrorPeerLookup(t *testing.T) {
+	m, err := ParseClusterMap([]byte(`[{"clusterID":"b","monitors":["mb"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5,"3":7}}]}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		cluster  string
+		pool     int64
+		found    bool
+		mons     string
+		wantPool int64
+		wantErr  string
+	}{
+		{"b", 2, true, "mb", 2, ""},
+		{"a", 2, true, "mb", 5, ""},
+		{"a", 3, true, "mb", 7, ""},
+		{"a", 4, true, "mb", 0, `pool ID 4 of cluster "a" has no entry`},
+		{"c", 2, false, "", 0, ""},
+	}
+	for _, tt := range tests {
+		c, ok := m.Lookup(tt.cluster)
+		if ok != tt.found {
+			t.Fatalf("Lookup(%q) found = %v, want %v", tt.cluster, ok, tt.found)
+		}
+		if !ok {
+			continue
+		}
+		if c.MonHost() != tt.mons {
+			t.Errorf("Lookup(%q) monitors %q, want %q", tt.cluster, c.MonHost(), tt.mons)
+		}
+		got, err := c.RBDPoolID(tt.pool)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("RBDPoolID(%q, %d) error = %v, want %q", tt.cluster, tt.pool, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.wantPool {
+			t.Errorf("RBDPoolID(%q, %d) = %d, %v; want %d", tt.cluster, tt.pool, got, err, tt.wantPool)
+		}
 	}
 }

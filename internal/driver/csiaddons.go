@@ -47,7 +47,8 @@ func (c Config) fenceOptions() fence.Options {
 }
 
 // registerCSIAddons serves the csi-addons services on their own socket: FenceController
-// with a controller, ReclaimSpace with an RBD controller (offline: sparsify) and an RBD node
+// with a controller, ReclaimSpace (offline: sparsify) and volume replication (RBD mirroring)
+// with an RBD controller, ReclaimSpace with an RBD node
 // (online: fstrim), and the Identity advertising what was registered here. CephFS advertises
 // no ReclaimSpace, as ceph-csi: a deleted file's objects are freed by the MDS at once, there
 // is nothing to trim or sparsify, and csi-addons then schedules no reclaim for its volumes.
@@ -65,6 +66,9 @@ func (d *Driver) registerCSIAddons() {
 			rs := d.rbdController.ReclaimSpace()
 			rs.Register(d.addons.Server)
 			caps = append(caps, rs.Capabilities()...)
+			repl := d.rbdController.Replication()
+			repl.Register(d.addons.Server)
+			caps = append(caps, repl.Capabilities()...)
 		}
 	}
 	if d.rbdNode != nil {

@@ -54,9 +54,9 @@ func TestCSIAddonsCLI(t *testing.T) {
 		mode Mode
 		caps []string
 	}{
-		{ModeController, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "OFFLINE"}},
+		{ModeController, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "OFFLINE", "VOLUME_REPLICATION"}},
 		{ModeNode, []string{"NODE_SERVICE", "ONLINE"}},
-		{ModeAll, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "GET_CLIENTS_TO_FENCE", "OFFLINE", "NODE_SERVICE", "ONLINE"}},
+		{ModeAll, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "GET_CLIENTS_TO_FENCE", "OFFLINE", "VOLUME_REPLICATION", "NODE_SERVICE", "ONLINE"}},
 	} {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			d, err := New(testConfig(t, tt.mode))
@@ -104,7 +104,7 @@ func TestCSIAddonsCLI(t *testing.T) {
 			if tt.mode == ModeController && regexp.MustCompile(`GET_CLIENTS_TO_FENCE|NODE_SERVICE|\bONLINE`).MatchString(out) {
 				t.Errorf("a controller-only process claims a node's capability: %s", out)
 			}
-			if tt.mode == ModeNode && regexp.MustCompile(`CONTROLLER_SERVICE|NETWORK_FENCE|OFFLINE`).MatchString(out) {
+			if tt.mode == ModeNode && regexp.MustCompile(`CONTROLLER_SERVICE|NETWORK_FENCE|OFFLINE|VOLUME_REPLICATION`).MatchString(out) {
 				t.Errorf("a node-only process claims a controller's capability: %s", out)
 			}
 		})

@@ -14,6 +14,8 @@ import (
 	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/volcap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Options configure the controller.
@@ -121,6 +123,11 @@ func poolByName(ctx context.Context, conn *ceph.Conn, name string) (int64, error
 // pool that no longer exists (so neither does anything in it); the caller releases p.Conn
 // unless gone or err.
 func (c *Controller) locate(ctx context.Context, cl v1.Cluster, poolID int64, ns string, secrets map[string]string) (p radosop.Location, gone bool, err error) {
+	// a volume ID of a mirror peer (volume replication) names the peer's pool ID
+	poolID, err = cl.RBDPoolID(poolID)
+	if err != nil {
+		return radosop.Location{}, false, status.Error(codes.FailedPrecondition, err.Error())
+	}
 	conn, err := c.Connect(ctx, cl, secrets)
 	if err != nil {
 		return radosop.Location{}, false, err

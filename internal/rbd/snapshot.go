@@ -44,7 +44,12 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
-	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.clusterID()); err != nil {
+	srcCluster := sid.clusterID()
+	if cl, err := c.Clusters.Cluster(srcCluster); err == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
+		// a mirror peer's volume on this site (volume replication): its class names this site
+		srcCluster = cl.ClusterID
+	}
+	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, srcCluster); err != nil {
 		return nil, err
 	}
 	cl, err := c.Cluster(sid.clusterID(), codes.NotFound, "source_volume_id")

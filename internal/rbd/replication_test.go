@@ -1,0 +1,116 @@
+package rbd
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ceph/go-ceph/rbd"
+	replpb "github.com/csi-addons/spec/lib/go/replication"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestParseReplParams(t *testing.T) {
+	tests := []struct {
+		name     string
+		in       map[string]string
+		mode     rbd.ImageMirrorMode
+		interval string
+		code     codes.Code
+		want     string
+	}{
+		{"default snapshot", nil, rbd.ImageMirrorModeSnapshot, "", codes.OK, ""},
+		{"snapshot with schedule", map[string]string{"mirroringMode": "snapshot", "schedulingInterval": "5m", "schedulingStartTime": "14:00:00-05:00"}, rbd.ImageMirrorModeSnapshot, "5m", codes.OK, ""},
+		{"journal", map[string]string{"mirroringMode": "journal"}, rbd.ImageMirrorModeJournal, "", codes.OK, ""},
+		{"journal with schedule", map[string]string{"mirroringMode": "journal", "schedulingInterval": "1h"}, 0, "", codes.InvalidArgument, "snapshot mirroring only"},
+		{"unknown mode", map[string]string{"mirroringMode": "pool"}, 0, "", codes.InvalidArgument, "want snapshot or journal"},
+		{"bad interval", map[string]string{"schedulingInterval": "5s"}, 0, "", codes.InvalidArgument, "minutes, hours or days"},
+		{"zero interval", map[string]string{"schedulingInterval": "0m"}, 0, "", codes.InvalidArgument, "minutes, hours or days"},
+		{"start without interval", map[string]string{"schedulingStartTime": "14:00:00"}, 0, "", codes.InvalidArgument, "needs parameters"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rp, err := parseReplParams(tt.in)
+			if status.Code(err) != tt.code || (tt.want != "" && !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("error %v, want code %v containing %q", err, tt.code, tt.want)
+			}
+			if err == nil && (rp.mode != tt.mode || rp.interval != tt.interval) {
+				t.Errorf("got mode %v interval %q, want %v %q", rp.mode, rp.interval, tt.mode, tt.interval)
+			}
+		})
+	}
+}
+
+func TestForceParam(t *testing.T) {
+	for in, want := range map[string]codes.Code{"": codes.OK, "true": codes.OK, "false": codes.OK, "yes": codes.InvalidArgument} {
+		if _, err := forceParam(map[string]string{"force": in}); status.Code(err) != want {
+			t.Errorf("force=%q: %v, want %v", in, err, want)
+		}
+	}
+}
+
+func TestSourceVolume(t *testing.T) {
+	vol := func(id string) *replpb.ReplicationSource {
+		return &replpb.ReplicationSource{Type: &replpb.ReplicationSource_Volume{Volume: &replpb.ReplicationSource_VolumeSource{VolumeId: id}}}
+	}
+	group := &replpb.ReplicationSource{Type: &replpb.ReplicationSource_Volumegroup{Volumegroup: &replpb.ReplicationSource_VolumeGroupSource{VolumeGroupId: "g"}}}
+	tests := []struct {
+		name string
+		req  replRequest
+		want string
+		code codes.Code
+	}{
+		{"source", &replpb.PromoteVolumeRequest{ReplicationSource: vol("rv1:a:1::x")}, "rv1:a:1::x", codes.OK},
+		{"old volume_id", &replpb.PromoteVolumeRequest{VolumeId: "rv1:a:1::y"}, "rv1:a:1::y", codes.OK},
+		{"source wins", &replpb.PromoteVolumeRequest{VolumeId: "old", ReplicationSource: vol("new")}, "new", codes.OK},
+		{"missing", &replpb.DemoteVolumeRequest{}, "", codes.InvalidArgument},
+		{"destination info", &replpb.GetReplicationDestinationInfoRequest{ReplicationSource: vol("d")}, "d", codes.OK},
+		{"group", &replpb.EnableVolumeReplicationRequest{ReplicationSource: group}, "", codes.Unimplemented},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := sourceVolume(tt.req)
+			if status.Code(err) != tt.code || got != tt.want {
+				t.Fatalf("got %q, %v; want %q, %v", got, err, tt.want, tt.code)
+			}
+		})
+	}
+}
+
+func TestReplicationInfo(t *testing.T) {
+	local := rbd.SiteMirrorImageStatus{State: rbd.MirrorImageStatusStateStopped, Description: "local image is primary", Up: true}
+	peer := func(state rbd.MirrorImageStatusState, up bool, desc string) rbd.SiteMirrorImageStatus {
+		return rbd.SiteMirrorImageStatus{MirrorUUID: "u", State: state, Up: up, Description: desc}
+	}
+	synced := `replaying, {"bytes_per_second":0.0,"bytes_per_snapshot":0.0,"last_snapshot_bytes":4096,"last_snapshot_sync_seconds":3,"local_snapshot_timestamp":1795918757,"remote_snapshot_timestamp":1795918757,"replay_state":"idle"}`
+	tests := []struct {
+		name   string
+		sites  []rbd.SiteMirrorImageStatus
+		code   codes.Code
+		status replpb.GetVolumeReplicationInfoResponse_Status
+	}{
+		{"healthy", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateReplaying, true, synced)}, codes.OK, replpb.GetVolumeReplicationInfoResponse_HEALTHY},
+		{"peer daemon down", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateReplaying, false, synced)}, codes.OK, replpb.GetVolumeReplicationInfoResponse_DEGRADED},
+		{"peer error", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateError, true, "split-brain, "+synced[len("replaying, "):])}, codes.OK, replpb.GetVolumeReplicationInfoResponse_ERROR},
+		{"no copy yet", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateStartingReplay, true, "starting replay")}, codes.NotFound, 0},
+		{"no peer", []rbd.SiteMirrorImageStatus{local}, codes.NotFound, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, err := replicationInfo("v", rbd.GlobalMirrorImageStatus{SiteStatuses: tt.sites})
+			if status.Code(err) != tt.code {
+				t.Fatalf("error %v, want %v", err, tt.code)
+			}
+			if err != nil {
+				return
+			}
+			if resp.GetStatus() != tt.status {
+				t.Errorf("status %v, want %v", resp.GetStatus(), tt.status)
+			}
+			if got := resp.GetLastSyncTime().AsTime(); !got.Equal(time.Unix(1795918757, 0)) || resp.GetLastSyncBytes() != 4096 || resp.GetLastSyncDuration().AsDuration() != 3*time.Second {
+				t.Errorf("last sync %v, %d bytes, %v", got, resp.GetLastSyncBytes(), resp.GetLastSyncDuration().AsDuration())
+			}
+		})
+	}
+}
