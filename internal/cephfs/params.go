@@ -83,6 +83,6 @@ func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error))
 // it (see controller.CephCSIParams).
 var cephCSIFSParams = controller.CephCSIKeys{
 	"volumeNamePrefix": controller.OnlyValue("csi-vol-", "custom subvolume name prefixes"),
-	"encrypted":        controller.NotTrue("encryption"),
+	"encrypted":        controller.NotTrue("encryption of CephFS volumes (ceph-fuse has no fscrypt; encrypted volumes are RBD's, see parameters[\"encrypted\"] of an RBD class)"),
 	"encryptionKMSID":  controller.Ignored, // only read with encrypted: "true"
 }

@@ -187,3 +187,42 @@ func Passphrase(secrets map[string]string) ([]byte, error) {
 	}
 	return []byte(p), nil
 }
+
+// StateKey is the image metadata key that marks an image monoceph formatted with librbd's
+// encryption; its value is an ImageState in JSON. It is set once the LUKS header is written,
+// so an image without it was never handed out encrypted.
+const StateKey = "monoceph.encryption"
+
+// FormatLUKS2 is the only format monoceph writes.
+const FormatLUKS2 = "luks2"
+
+// ImageState is what an encrypted image records about its encryption. No key is in it.
+type ImageState struct {
+	Format string `json:"format"`
+	// KMSID is the class's encryptionKMSID ("" for the default provider).
+	KMSID string `json:"kmsID,omitempty"`
+	// HeaderBytes is the LUKS header at the start of the image: the image is this much
+	// larger than the volume the pod sees.
+	HeaderBytes uint64 `json:"headerBytes"`
+	// VolumeID is the volume this state (and the wrapped DEK's salt) was written for; a clone
+	// inherits its parent's metadata, and finds another volume's ID here.
+	VolumeID string `json:"volumeID"`
+}
+
+// ParseImageState reads the value of StateKey.
+func ParseImageState(v string) (ImageState, error) {
+	var s ImageState
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		return s, fmt.Errorf("image metadata %s: %w", StateKey, err)
+	}
+	if s.Format != FormatLUKS2 {
+		return s, fmt.Errorf("image metadata %s: format %q, want %q", StateKey, s.Format, FormatLUKS2)
+	}
+	return s, nil
+}
+
+// String is the value of StateKey.
+func (s ImageState) String() string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

@@ -94,6 +94,17 @@ type rbdAttach struct {
 	KeepOnly bool            `json:"keepOnly,omitempty"`
 	// CrushLocation: see attach.Request
 	CrushLocation string `json:"crushLocation,omitempty"`
+	// Encryption opens an encrypted image: key material, in this message only (never logged).
+	Encryption *attach.Encryption `json:"encryption,omitempty"`
+}
+
+// rbdAttached answers rbdAttach: the attachment, and the key of an encrypted image, which the
+// node plugin keeps in memory with the connection (a restarted plugin learns it here) and hands
+// to the next holder that resumes the connection. An older node plugin reads the attachment
+// alone.
+type rbdAttached struct {
+	attach.Attachment
+	Encryption *attach.Encryption `json:"encryption,omitempty"`
 }
 
 // rbdDetach asks for an attachment to be undone; a descriptor passed along is its kept
@@ -149,6 +160,8 @@ var kinds = append([]kind{
 	{"canceled", context.Canceled},
 	{"image-not-found", attach.ErrImageNotFound},
 	{"connection-lost", attach.ErrConnectionLost},
+	{"wrong-key", attach.ErrWrongKey},
+	{"no-key", attach.ErrNoKey},
 	{"holder-unavailable", ErrUnavailable},
 }, cephKinds()...)
 

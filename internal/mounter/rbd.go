@@ -26,7 +26,7 @@ func (a *rbdAttacher) Available() error { return attach.FuseAvailable() }
 // restarted holder resumes it), and keeps the connection the holder hands back.
 func (a *rbdAttacher) Attach(ctx context.Context, req attach.Request) (attach.Attachment, error) {
 	m := rbdAttach{Image: req.Image, MonHost: req.MonHost, Cred: wireCred(req.Cred), ReadOnly: req.ReadOnly, WorkDir: req.WorkDir, KeepOnly: req.KeepOnly,
-		CrushLocation: req.CrushLocation}
+		CrushLocation: req.CrushLocation, Encryption: req.Encryption}
 	conn := a.c.kept(req.WorkDir)
 	if conn == nil {
 		conn = req.Resume
@@ -34,14 +34,22 @@ func (a *rbdAttacher) Attach(ctx context.Context, req attach.Request) (attach.At
 	file := fileOf(conn)
 	if conn != nil {
 		m.Resume = &conn.State
+		if m.Encryption == nil {
+			// a recovery: the key travels with the connection it opens
+			m.Encryption = conn.Encryption
+		}
 	}
-	var out attach.Attachment
+	var out rbdAttached
 	got, err := a.c.call(ctx, opRBDAttach, m, file, &out, true)
 	if err != nil {
-		return out, err
+		return out.Attachment, err
 	}
-	a.c.keep(req.WorkDir, got, out.Session)
-	return out, nil
+	key := out.Encryption
+	if key == nil {
+		key = m.Encryption
+	}
+	a.c.keep(req.WorkDir, got, out.Session, key)
+	return out.Attachment, nil
 }
 
 // Detach asks the holder to detach, with the kept connection, and gives the connection up.

@@ -108,6 +108,10 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if !params.nsSet {
 		params.Namespace = cl.RBD.RadosNamespace
 	}
+	key, err := c.classEncryption(params, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
 	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateVolume", "rbd-volume-name:"+name)
 	if err != nil {
 		return nil, err
@@ -135,7 +139,16 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSource(ctx, o, uint64(size)); err != nil {
+	srcEnc, err := sourceEncryption(ctx, o, key)
+	if err != nil {
+		return nil, err
+	}
+	// the image of an encrypted copy is larger than the volume by its source's LUKS header
+	raw := uint64(size)
+	if srcEnc != nil {
+		raw += srcEnc.HeaderBytes
+	}
+	if err := checkSource(ctx, o, raw); err != nil {
 		return nil, err
 	}
 	attrs := map[string]string{
@@ -157,16 +170,24 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	faultpoint.Hit("rbd.CreateVolume.reserved")
 	log := klog.FromContext(ctx).WithValues("image", dst.String()+"/"+rbdname.Image(rec.UID))
 
+	if srcEnc != nil {
+		raw = uint64(size) + srcEnc.HeaderBytes // a repeat: the size the volume was made with
+	}
+	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: rec.UID}
 	switch {
 	case rec.Attrs[attrState] == stateReady:
 	case o.member != nil:
 		err = c.restoreMember(ctx, dst, rec.UID, uint64(size), params, *o.member)
 	case src.Snap != nil:
-		err = c.clone(ctx, o.loc, o.image, o.snap, dst, rbdname.Image(rec.UID), uint64(size), params, o.what)
+		err = c.clone(ctx, o.loc, o.image, o.snap, dst, rbdname.Image(rec.UID), raw, params, o.what)
 	case src.Vol != nil:
-		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, o)
+		err = c.cloneFromVolume(ctx, dst, rec.UID, raw, params, o)
 	default:
 		err = ensureBlank(ctx, dst, rbdname.Image(rec.UID), uint64(size), params, created)
+	}
+	if err == nil && key != nil {
+		// every time: a crash after the create may have come before the encryption
+		err = ensureEncrypted(ctx, dst, rbdname.Image(rec.UID), id.String(), uint64(size), key)
 	}
 	if err == nil && len(r.qos) > 0 {
 		// every time, not only for a new image: a crash after the create may have come first
@@ -193,12 +214,12 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	faultpoint.Hit("rbd.CreateVolume.image")
 	log.V(2).Info("Volume ready", "name", name, "size", size, "source", src.String(), "resumed", !created)
 
-	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: rec.UID}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
 		CapacityBytes: size,
 		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
-			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters}.Map(),
+			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters,
+			Encrypted: key != nil, Librbd: key != nil, KMSID: params.KMSID}.Map(),
 		ContentSource:      req.GetVolumeContentSource(),
 		AccessibleTopology: topology,
 	}}, nil
