@@ -65,7 +65,7 @@ func loadEncryption(img *rbd.Image, spec string, enc *Encryption) error {
 		}
 		if pass, err = kms.Unwrap(enc.Passphrase, enc.VolumeID, w); err != nil {
 			if errors.Is(err, kms.ErrWrongPassphrase) {
-				return fmt.Errorf("%w: the encryptionPassphrase of the node-stage secret does not unwrap the key of image %s", ErrWrongKey, spec)
+				return fmt.Errorf("%w: the passphrase (encryptionPassphrase of the node-stage secret) does not unwrap the key of image %s", ErrWrongKey, spec)
 			}
 			return fmt.Errorf("image %s: %w", spec, err)
 		}
