@@ -396,6 +396,12 @@ func TestEncryptedVolumes(t *testing.T) {
 			src := &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{SnapshotId: snap.GetSnapshot().GetSnapshotId()}}}
 			_, err = r.create("restore-plain-"+name, size, r.params("mounter", "fuse"), src)
 			wantCode(t, err, codes.InvalidArgument, "is encrypted")
+			otherKMS := r.params("encrypted", "true", "encryptionKMSID", "meta")
+			if kmsID == "meta" {
+				otherKMS = r.params("encrypted", "true")
+			}
+			_, err = r.create("restore-otherkms-"+name, size, otherKMS, src)
+			wantCode(t, err, codes.InvalidArgument, "the copy keeps its source's key")
 			restored := r.mustCreate("restore-"+name, 2*size, params, src)
 			rs := r.mustStage(restored, "restore-"+name)
 			mustRead(t, filepath.Join(rs.target, "f"), data)
@@ -403,6 +409,16 @@ func TestEncryptedVolumes(t *testing.T) {
 				t.Fatalf("the restored volume's device is %d bytes, want %d", got, 2*size)
 			}
 			r.unstage(rs)
+
+			// a clone of the volume itself (a transient snapshot, a clone) reads the same
+			clone := r.mustCreate("clone-"+name, size, params, &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+				Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: v.GetVolumeId()}}})
+			cs := r.mustStage(clone, "clone-"+name)
+			mustRead(t, filepath.Join(cs.target, "f"), data)
+			if got := r.deviceSize(cs); got != size {
+				t.Fatalf("the clone's device is %d bytes, want %d", got, size)
+			}
+			r.unstage(cs)
 
 			// expansion keeps the volume readable, and the pod sees the new size
 			exp, err := r.ctrl.ControllerExpandVolume(r.ctx, &csi.ControllerExpandVolumeRequest{VolumeId: v.GetVolumeId(),
