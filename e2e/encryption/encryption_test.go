@@ -321,7 +321,9 @@ func wantCode(t *testing.T, err error, code codes.Code, texts ...string) {
 // stages nothing.
 func TestEncryptedVolumes(t *testing.T) {
 	r := newRig(t)
+	start := time.Now()
 	control := r.mustCreate("control", size, r.params("mounter", "fuse"), nil)
+	t.Logf("CreateVolume, unencrypted: %v", time.Since(start).Round(time.Millisecond))
 	for _, kmsID := range []string{"", "meta"} {
 		name := "default"
 		if kmsID != "" {
@@ -334,7 +336,9 @@ func TestEncryptedVolumes(t *testing.T) {
 			if kmsID != "" {
 				params["encryptionKMSID"] = kmsID
 			}
+			start := time.Now()
 			v := r.mustCreate("enc-"+name, size, params, nil)
+			t.Logf("CreateVolume, encrypted (%s provider): %v", name, time.Since(start).Round(time.Millisecond))
 			if v.GetCapacityBytes() != size {
 				t.Fatalf("capacity %d, want %d", v.GetCapacityBytes(), size)
 			}
@@ -364,7 +368,9 @@ func TestEncryptedVolumes(t *testing.T) {
 				t.Fatalf("a failed stage left a mount at %s: %+v, %v", bad, m, err)
 			}
 
+			start = time.Now()
 			s := r.mustStage(v, name)
+			t.Logf("NodeStageVolume + NodePublishVolume, encrypted (%s provider, mkfs included): %v", name, time.Since(start).Round(time.Millisecond))
 			if got := r.deviceSize(s); got != size {
 				t.Fatalf("the pod's device is %d bytes, want the %d asked for", got, size)
 			}
@@ -445,7 +451,9 @@ func TestEncryptedVolumes(t *testing.T) {
 	t.Run("control", func(t *testing.T) {
 		r := *r
 		r.t = t
+		start := time.Now()
 		s := r.mustStage(control, "control")
+		t.Logf("NodeStageVolume + NodePublishVolume, unencrypted (mkfs included): %v", time.Since(start).Round(time.Millisecond))
 		data := pattern(t)
 		writeFile(t, filepath.Join(s.target, "f"), data)
 		r.unstage(s)
