@@ -27,10 +27,14 @@ const (
 	// session metadata (mount.NodeMetadataKey), where out-of-service fencing finds the node's
 	// sessions. Without it a lost node's CephFS clients are found by hostname only.
 	FeatureCephFSNode = "cephfs.node"
+	// FeatureRBDEncryption: rbd.attach carries the key of an encrypted image and the holder
+	// loads it (and hands it back, see rbdAttached). An older holder would ignore the key and
+	// serve the image's ciphertext, so encrypted volumes are never attached through one.
+	FeatureRBDEncryption = "rbd.encryption"
 )
 
 // features are what this holder does.
-var features = []string{FeatureCephFSNode}
+var features = []string{FeatureCephFSNode, FeatureRBDEncryption}
 
 // Operations.
 const (

@@ -2,6 +2,7 @@ package mounter
 
 import (
 	"context"
+	"slices"
 
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
@@ -39,10 +40,27 @@ func (a *rbdAttacher) Attach(ctx context.Context, req attach.Request) (attach.At
 			m.Encryption = conn.Encryption
 		}
 	}
+	if m.Encryption != nil {
+		h, err := a.c.Hello(ctx)
+		if err != nil {
+			return attach.Attachment{}, err
+		}
+		if !slices.Contains(h.Features, FeatureRBDEncryption) {
+			return attach.Attachment{}, olderHolder(h)
+		}
+	}
 	var out rbdAttached
 	got, err := a.c.call(ctx, opRBDAttach, m, file, &out, true)
 	if err != nil {
 		return out.Attachment, err
+	}
+	if m.Encryption != nil && out.Encryption == nil {
+		// a holder that ignored the key (replaced by an older one since the hello): what it
+		// serves is ciphertext, and nothing may be put on it
+		if file := got; file != nil {
+			file.Close()
+		}
+		return out.Attachment, olderHolder(Info{Binary: "unknown"})
 	}
 	key := out.Encryption
 	if key == nil {
@@ -72,4 +90,10 @@ func (a *rbdAttacher) Refresh(ctx context.Context, at attach.Attachment, minByte
 
 func (a *rbdAttacher) Check(ctx context.Context, at attach.Attachment) error {
 	return a.local.Check(ctx, at)
+}
+
+// olderHolder is the answer for an encrypted volume the holder cannot open.
+func olderHolder(h Info) error {
+	return &attach.UnavailableError{Mounter: volumecontext.MounterFuse,
+		Missing: "the mount holder (version " + h.Binary + ") cannot open encrypted volumes (" + FeatureRBDEncryption + "): update it"}
 }
