@@ -26,6 +26,7 @@ import (
 	"github.com/monoceph/monoceph/internal/driver"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/kms"
+	"github.com/monoceph/monoceph/internal/logtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -321,6 +322,14 @@ func wantCode(t *testing.T, err error, code codes.Code, texts ...string) {
 // stages nothing.
 func TestEncryptedVolumes(t *testing.T) {
 	r := newRig(t)
+	// every request and response at the highest verbosity: no key may be in them
+	logs := logtest.Capture(t, 5)
+	secrets := []string{passphrase, "wrong-7Hq2Zx9Lp4Vm"}
+	t.Cleanup(func() {
+		if leaks := logtest.Leaks(logs.String(), secrets...); len(leaks) > 0 {
+			t.Errorf("the logs hold key material: %q", leaks)
+		}
+	})
 	start := time.Now()
 	control := r.mustCreate("control", size, r.params("mounter", "fuse"), nil)
 	t.Logf("CreateVolume, unencrypted: %v", time.Since(start).Round(time.Millisecond))
@@ -355,11 +364,16 @@ func TestEncryptedVolumes(t *testing.T) {
 				if err != nil || !strings.Contains(w, `"nonce"`) || strings.Contains(w, passphrase) {
 					t.Fatalf("metadata %s = %q, %v: want a wrapped DEK", kms.MetadataDEKKey, w, err)
 				}
+				dek, err := kms.Unwrap([]byte(passphrase), v.GetVolumeId(), w)
+				if err != nil {
+					t.Fatalf("the DEK is not wrapped for its volume: %v", err)
+				}
+				secrets = append(secrets, string(dek))
 			}
 
 			// a wrong passphrase: a clear error, nothing staged
 			bad := filepath.Join(r.d.Dir, name+"-bad-s")
-			_, err := r.stage(v, name+"-bad", "not the passphrase")
+			_, err := r.stage(v, name+"-bad", "wrong-7Hq2Zx9Lp4Vm")
 			wantCode(t, err, codes.InvalidArgument, "passphrase")
 			if _, err := os.Stat(bad + ".monoceph.json"); !os.IsNotExist(err) {
 				t.Fatalf("a failed stage left its record: %v", err)
