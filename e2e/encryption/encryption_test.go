@@ -50,6 +50,7 @@ type rig struct {
 	node csi.NodeClient
 	ns   string
 	io   *rados.IOContext // the test's RADOS namespace
+	vc   *csi.VolumeCapability
 }
 
 func newRig(t *testing.T) *rig {
@@ -85,7 +86,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	io.SetNamespace(ns)
-	r := &rig{t: t, ctx: ctx, d: d, ctrl: csi.NewControllerClient(d.Conn), node: csi.NewNodeClient(d.Conn), ns: ns, io: io}
+	r := &rig{t: t, ctx: ctx, d: d, ctrl: csi.NewControllerClient(d.Conn), node: csi.NewNodeClient(d.Conn), ns: ns, io: io, vc: mountCap}
 	t.Cleanup(func() {
 		// every volume of a test is deleted by then: nothing may be left, journal included
 		left := cephtest.Settled(func() []string {
@@ -124,7 +125,7 @@ func (r *rig) secrets(pass string) map[string]string {
 
 func (r *rig) create(name string, bytes int64, params map[string]string, src *csi.VolumeContentSource) (*csi.Volume, error) {
 	resp, err := r.ctrl.CreateVolume(r.ctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: bytes},
-		VolumeCapabilities: []*csi.VolumeCapability{mountCap}, Parameters: params, Secrets: r.secrets(passphrase), VolumeContentSource: src})
+		VolumeCapabilities: []*csi.VolumeCapability{r.vc}, Parameters: params, Secrets: r.secrets(passphrase), VolumeContentSource: src})
 	return resp.GetVolume(), err
 }
 
@@ -155,12 +156,12 @@ func (r *rig) stage(v *csi.Volume, name, pass string) (*staged, error) {
 		return nil, err
 	}
 	_, err := r.node.NodeStageVolume(r.ctx, &csi.NodeStageVolumeRequest{VolumeId: v.GetVolumeId(), StagingTargetPath: s.staging,
-		VolumeCapability: mountCap, VolumeContext: v.GetVolumeContext(), Secrets: r.secrets(pass)})
+		VolumeCapability: r.vc, VolumeContext: v.GetVolumeContext(), Secrets: r.secrets(pass)})
 	if err != nil {
 		return nil, err
 	}
 	_, err = r.node.NodePublishVolume(r.ctx, &csi.NodePublishVolumeRequest{VolumeId: v.GetVolumeId(), StagingTargetPath: s.staging,
-		TargetPath: s.target, VolumeCapability: mountCap, VolumeContext: v.GetVolumeContext()})
+		TargetPath: s.target, VolumeCapability: r.vc, VolumeContext: v.GetVolumeContext()})
 	s.published = err == nil
 	r.t.Cleanup(func() { r.unstage(s) })
 	return s, err
@@ -482,4 +483,42 @@ func TestEncryptedVolumes(t *testing.T) {
 			t.Fatal("the plaintext written to the unencrypted control volume is not in its RADOS objects: the search proves nothing")
 		}
 	})
+}
+
+// TestEncryptedBlock: a raw block volume is plaintext to its pod and ciphertext on the OSDs,
+// and what was written reads back after a new stage; the device is the size asked for.
+func TestEncryptedBlock(t *testing.T) {
+	r := newRig(t)
+	r.vc = &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}}
+	v := r.mustCreate("enc-block", size, r.params("encrypted", "true"), nil)
+	s := r.mustStage(v, "block")
+	data := pattern(t)
+	f, err := os.OpenFile(s.target, os.O_RDWR|os.O_SYNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.Seek(0, io.SeekEnd); err != nil || n != size {
+		t.Fatalf("the pod's block device is %d bytes (%v), want %d", n, err, size)
+	}
+	if _, err := f.WriteAt(data, 8<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r.unstage(s)
+	if r.inObjects(v, data[:64]) {
+		t.Fatal("the plaintext written to the block device is in the encrypted volume's RADOS objects")
+	}
+	s = r.mustStage(v, "block-2")
+	f, err = os.Open(s.target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data))
+	_, err = f.ReadAt(got, 8<<20)
+	f.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("reading back the block device after a new stage: %v (differs: %v)", err, !bytes.Equal(got, data))
+	}
+	r.unstage(s)
 }
