@@ -39,6 +39,7 @@ func parseFlags(args []string, stderr io.Writer) (driver.Config, bool, error) {
 	fs.StringVar(&cfg.NodeID, "nodeid", "", "this node's ID (required in node and all modes)")
 	fs.StringVar(&cfg.DriverName, "drivername", "", "CSI driver name (default "+driver.DefaultRBDDriverName+" or "+driver.DefaultCephFSDriverName+")")
 	fs.StringVar(&cfg.ClusterConfig, "cluster-config", "/etc/monoceph/clusters.json", "path of the cluster map (JSON)")
+	fs.StringVar(&cfg.KMSConfig, "kms-config", "", "path of the KMS configuration of encrypted RBD volumes (JSON, ceph-csi's csi-kms-connection-details shape; empty: only the default provider)")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", "", "host:port for /metrics and /healthz (empty: off)")
 	fs.DurationVar(&cfg.CephTimeouts.Connect, "ceph-connect-timeout", ceph.DefaultTimeouts.Connect, "bound on connecting to a Ceph cluster")
 	fs.DurationVar(&cfg.CephTimeouts.Op, "ceph-op-timeout", ceph.DefaultTimeouts.Op, "bound on each Ceph OSD, monitor or manager operation")

@@ -32,8 +32,8 @@ func Start(t testing.TB, typ driver.Type, clusterMapExtra string) *Driver {
 }
 
 // StartNamed is Start under a driver name of the caller's ("" is the default for typ), e.g.
-// ceph-csi's.
-func StartNamed(t testing.TB, typ driver.Type, name, clusterMapExtra string) *Driver {
+// ceph-csi's; each of more changes the configuration before the driver starts.
+func StartNamed(t testing.TB, typ driver.Type, name, clusterMapExtra string, more ...func(*driver.Config)) *Driver {
 	t.Helper()
 	cl := cephtest.Env(t)
 	// short: FUSE admin sockets live under the state directory and paths are limited to 107 bytes
@@ -43,7 +43,7 @@ func StartNamed(t testing.TB, typ driver.Type, name, clusterMapExtra string) *Dr
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	clusters := cl.ClusterMapFile(t, dir, clusterMapExtra)
-	d, err := driver.New(driver.Config{
+	cfg := driver.Config{
 		Type: typ, Mode: driver.ModeAll, Endpoint: "unix://" + filepath.Join(dir, "csi.sock"), NodeID: "e2e-node", DriverName: name,
 		ClusterConfig: clusters, StateDir: filepath.Join(dir, "st"), RBDMaxCloneDepth: 8,
 		// csi-sanity never retries ABORTED, which CreateVolume answers for a CephFS clone
@@ -51,7 +51,11 @@ func StartNamed(t testing.TB, typ driver.Type, name, clusterMapExtra string) *Dr
 		CephFSCloneWait: 2 * time.Minute,
 		CephTimeouts:    ceph.Timeouts{Connect: 10 * time.Second, Op: 30 * time.Second},
 		ConnIdleTTL:     time.Minute, HealthTimeout: 5 * time.Second, ShutdownGrace: 5 * time.Second,
-	})
+	}
+	for _, f := range more {
+		f(&cfg)
+	}
+	d, err := driver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

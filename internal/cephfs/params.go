@@ -84,6 +84,6 @@ func parseVolumeParams(p map[string]string, cl func(string) (v1.Cluster, error))
 // it (see cephcsiparam.Check).
 var cephCSIFSParams = cephcsiparam.Keys{
 	"volumeNamePrefix": cephcsiparam.OnlyValue("csi-vol-", "custom subvolume name prefixes"),
-	"encrypted":        cephcsiparam.NotTrue("encryption"),
+	"encrypted":        cephcsiparam.NotTrue("encryption of CephFS volumes (ceph-fuse has no fscrypt; encrypted volumes are RBD's, see parameters[\"encrypted\"] of an RBD class)"),
 	"encryptionKMSID":  cephcsiparam.Ignored, // only read with encrypted: "true"
 }

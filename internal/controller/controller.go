@@ -10,7 +10,6 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,12 +51,6 @@ func (b Base) ConnectMgr(ctx context.Context, cl v1.Cluster, secrets map[string]
 		return nil, status.Errorf(codes.InvalidArgument, "secrets: %v", err)
 	}
 	return b.Pool.GetForMgr(ctx, cl.MonHost(), cred)
-}
-
-// InvalidParam is classparam.InvalidParam, for internal/rbd/volume.go, which another change
-// is editing; that file moves to classparam with the merge, and this goes.
-func InvalidParam(key, format string, a ...any) error {
-	return classparam.InvalidParam(key, format, a...)
 }
 
 // NotFoundf is NOT_FOUND.

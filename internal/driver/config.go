@@ -53,6 +53,9 @@ type Config struct {
 	DriverName     string
 	ClusterConfig  string
 	MetricsAddress string
+	// KMSConfig is the KMS configuration of encrypted RBD volumes (package kms); "": none, only
+	// the default provider.
+	KMSConfig string
 
 	// StateDir holds node-private state (FUSE mount points, staging records).
 	StateDir string

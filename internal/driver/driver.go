@@ -16,6 +16,7 @@ import (
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/health"
 	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/mounter"
 	"github.com/monoceph/monoceph/internal/nodefence"
 	"github.com/monoceph/monoceph/internal/oplock"
@@ -32,6 +33,7 @@ import (
 // Driver is one running monoceph process.
 type Driver struct {
 	cfg      Config
+	kms      *kms.Config
 	clusters *clustermap.Store
 	pool     *ceph.Pool
 	locks    *oplock.Locks
@@ -75,8 +77,13 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, err
 	}
+	kmsConfig, err := kms.Load(cfg.KMSConfig)
+	if err != nil {
+		return nil, err
+	}
 	d := &Driver{
 		cfg:      cfg,
+		kms:      kmsConfig,
 		clusters: clusters,
 		locks:    oplock.New(),
 		registry: server.NewRegistry(),
@@ -127,7 +134,7 @@ func (d *Driver) register() error {
 	if d.cfg.Type == TypeRBD && d.cfg.RunsController() {
 		o := rbd.Options{Clusters: d.clusters, Pool: d.pool, Locks: d.locks, MaxCloneDepth: d.cfg.RBDMaxCloneDepth,
 			CephCSIInstanceID: d.cfg.CephCSIInstanceID, TopologyPrefix: rbd.TopologyPrefix(d.cfg.DriverName),
-			ClusterName: d.cfg.ClusterName}
+			ClusterName: d.cfg.ClusterName, KMS: d.kms}
 		if err := d.rbdPublishOptions(&o); err != nil {
 			return err
 		}
@@ -188,7 +195,7 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 	switch d.cfg.Type {
 	case TypeRBD:
 		opts := rbdnode.Options{NodeID: d.cfg.NodeID, StateDir: stateDir, Clusters: d.clusters, Locks: d.locks,
-			Timeout: op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool}
+			Timeout: op, FilesystemTimeout: d.cfg.NodeCommandTimeout, Pool: d.pool, KMS: d.kms}
 		if d.cfg.ReadNodeLabels || len(d.cfg.DomainLabels) > 0 {
 			labels, err := nodeLabels(d.cfg.SnapshotMetadata.Kubeconfig, d.cfg.NodeID, op)
 			if err != nil {

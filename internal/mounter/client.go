@@ -205,7 +205,7 @@ func (c *Client) watchOnce(ctx context.Context) (hello, func(), error) {
 }
 
 // keep takes custody of conn for the volume of workDir (closing one it replaces).
-func (c *Client) keep(workDir string, file *os.File, state *fusefile.State) {
+func (c *Client) keep(workDir string, file *os.File, state *fusefile.State, enc *attach.Encryption) {
 	if file == nil || state == nil {
 		if file != nil {
 			file.Close()
@@ -217,7 +217,7 @@ func (c *Client) keep(workDir string, file *os.File, state *fusefile.State) {
 	if old := c.custody[workDir]; old != nil {
 		old.File.Close()
 	}
-	c.custody[workDir] = &attach.Connection{File: file, State: *state}
+	c.custody[workDir] = &attach.Connection{File: file, State: *state, Encryption: enc}
 }
 
 // kept is the connection in custody for workDir, or nil.

@@ -13,6 +13,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephfs/mount"
 	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"google.golang.org/grpc/codes"
 )
 
@@ -202,4 +203,54 @@ func next(t *testing.T, seen <-chan Info) Info {
 		t.Fatal("the watch reported no holder")
 	}
 	return Info{}
+}
+
+// TestEncryptedNeedsTheFeature: an encrypted image is never attached through a holder that does
+// not announce FeatureRBDEncryption (an older one would ignore the key and serve ciphertext).
+func TestEncryptedNeedsTheFeature(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		features []string
+		want     string
+	}{
+		{"older holder", []string{FeatureCephFSNode}, "cannot open encrypted volumes (rbd.encryption)"},
+		{"this holder", features, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			saved := features
+			features = tt.features
+			t.Cleanup(func() { features = saved })
+			state := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s, err := Listen(ctx, ServerOptions{Endpoint: "unix://" + filepath.Join(state, "mounter.sock"), Type: "rbd",
+				RBD: attach.NewFuse(hostexec.New(time.Second), nil), StateDir: state})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() { _ = s.Serve() }()
+			t.Cleanup(func() { s.Shutdown(time.Second) })
+			c, err := NewClient("unix://" + filepath.Join(state, "mounter.sock"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			work := filepath.Join(state, "0123456789abcdef01234567")
+			if err := os.Mkdir(work, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.RBD(nil).Attach(ctx, attach.Request{Image: attach.Image{Pool: "rbd", Name: "img"}, WorkDir: work,
+				Encryption: &attach.Encryption{Passphrase: []byte("pw")}})
+			var unavailable *attach.UnavailableError
+			if tt.want != "" {
+				if !errors.As(err, &unavailable) || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("err = %v, want an UnavailableError saying %q", err, tt.want)
+				}
+				return
+			}
+			// this holder takes the request (and fails later, without a cluster or a pool)
+			if errors.As(err, &unavailable) && strings.Contains(err.Error(), FeatureRBDEncryption) {
+				t.Fatalf("a holder with the feature was refused: %v", err)
+			}
+		})
+	}
 }

@@ -27,10 +27,14 @@ const (
 	// session metadata (mount.NodeMetadataKey), where out-of-service fencing finds the node's
 	// sessions. Without it a lost node's CephFS clients are found by hostname only.
 	FeatureCephFSNode = "cephfs.node"
+	// FeatureRBDEncryption: rbd.attach carries the key of an encrypted image and the holder
+	// loads it (and hands it back, see rbdAttached). An older holder would ignore the key and
+	// serve the image's ciphertext, so encrypted volumes are never attached through one.
+	FeatureRBDEncryption = "rbd.encryption"
 )
 
 // features are what this holder does.
-var features = []string{FeatureCephFSNode}
+var features = []string{FeatureCephFSNode, FeatureRBDEncryption}
 
 // Operations.
 const (
@@ -94,6 +98,17 @@ type rbdAttach struct {
 	KeepOnly bool            `json:"keepOnly,omitempty"`
 	// CrushLocation: see attach.Request
 	CrushLocation string `json:"crushLocation,omitempty"`
+	// Encryption opens an encrypted image: key material, in this message only (never logged).
+	Encryption *attach.Encryption `json:"encryption,omitempty"`
+}
+
+// rbdAttached answers rbdAttach: the attachment, and the key of an encrypted image, which the
+// node plugin keeps in memory with the connection (a restarted plugin learns it here) and hands
+// to the next holder that resumes the connection. An older node plugin reads the attachment
+// alone.
+type rbdAttached struct {
+	attach.Attachment
+	Encryption *attach.Encryption `json:"encryption,omitempty"`
 }
 
 // rbdDetach asks for an attachment to be undone; a descriptor passed along is its kept
@@ -149,6 +164,8 @@ var kinds = append([]kind{
 	{"canceled", context.Canceled},
 	{"image-not-found", attach.ErrImageNotFound},
 	{"connection-lost", attach.ErrConnectionLost},
+	{"wrong-key", attach.ErrWrongKey},
+	{"no-key", attach.ErrNoKey},
 	{"holder-unavailable", ErrUnavailable},
 }, cephKinds()...)
 

@@ -2,6 +2,7 @@ package mounter
 
 import (
 	"context"
+	"slices"
 
 	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
@@ -26,7 +27,7 @@ func (a *rbdAttacher) Available() error { return attach.FuseAvailable() }
 // restarted holder resumes it), and keeps the connection the holder hands back.
 func (a *rbdAttacher) Attach(ctx context.Context, req attach.Request) (attach.Attachment, error) {
 	m := rbdAttach{Image: req.Image, MonHost: req.MonHost, Cred: wireCred(req.Cred), ReadOnly: req.ReadOnly, WorkDir: req.WorkDir, KeepOnly: req.KeepOnly,
-		CrushLocation: req.CrushLocation}
+		CrushLocation: req.CrushLocation, Encryption: req.Encryption}
 	conn := a.c.kept(req.WorkDir)
 	if conn == nil {
 		conn = req.Resume
@@ -34,14 +35,39 @@ func (a *rbdAttacher) Attach(ctx context.Context, req attach.Request) (attach.At
 	file := fileOf(conn)
 	if conn != nil {
 		m.Resume = &conn.State
+		if m.Encryption == nil {
+			// a recovery: the key travels with the connection it opens
+			m.Encryption = conn.Encryption
+		}
 	}
-	var out attach.Attachment
+	if m.Encryption != nil {
+		h, err := a.c.Hello(ctx)
+		if err != nil {
+			return attach.Attachment{}, err
+		}
+		if !slices.Contains(h.Features, FeatureRBDEncryption) {
+			return attach.Attachment{}, olderHolder(h)
+		}
+	}
+	var out rbdAttached
 	got, err := a.c.call(ctx, opRBDAttach, m, file, &out, true)
 	if err != nil {
-		return out, err
+		return out.Attachment, err
 	}
-	a.c.keep(req.WorkDir, got, out.Session)
-	return out, nil
+	if m.Encryption != nil && out.Encryption == nil {
+		// a holder that ignored the key (replaced by an older one since the hello): what it
+		// serves is ciphertext, and nothing may be put on it
+		if file := got; file != nil {
+			file.Close()
+		}
+		return out.Attachment, olderHolder(Info{Binary: "unknown"})
+	}
+	key := out.Encryption
+	if key == nil {
+		key = m.Encryption
+	}
+	a.c.keep(req.WorkDir, got, out.Session, key)
+	return out.Attachment, nil
 }
 
 // Detach asks the holder to detach, with the kept connection, and gives the connection up.
@@ -64,4 +90,10 @@ func (a *rbdAttacher) Refresh(ctx context.Context, at attach.Attachment, minByte
 
 func (a *rbdAttacher) Check(ctx context.Context, at attach.Attachment) error {
 	return a.local.Check(ctx, at)
+}
+
+// olderHolder is the answer for an encrypted volume the holder cannot open.
+func olderHolder(h Info) error {
+	return &attach.UnavailableError{Mounter: volumecontext.MounterFuse,
+		Missing: "the mount holder (version " + h.Binary + ") cannot open encrypted volumes (" + FeatureRBDEncryption + "): update it"}
 }

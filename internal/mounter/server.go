@@ -325,7 +325,7 @@ func (s *Server) rbdAttach(ctx context.Context, raw json.RawMessage, file *os.Fi
 		return nil, nil, err
 	}
 	req := attach.Request{Image: m.Image, MonHost: m.MonHost, Cred: cred, ReadOnly: m.ReadOnly, WorkDir: m.WorkDir, KeepOnly: m.KeepOnly,
-		CrushLocation: m.CrushLocation}
+		CrushLocation: m.CrushLocation, Encryption: m.Encryption}
 	if file != nil && m.Resume != nil {
 		req.Resume = &attach.Connection{File: file, State: *m.Resume}
 	}
@@ -337,7 +337,7 @@ func (s *Server) rbdAttach(ctx context.Context, raw json.RawMessage, file *os.Fi
 	if err != nil {
 		return nil, nil, err
 	}
-	return a, conn.File, nil
+	return rbdAttached{Attachment: a, Encryption: conn.Encryption}, conn.File, nil
 }
 
 func (s *Server) rbdDetach(ctx context.Context, raw json.RawMessage, file *os.File) error {

@@ -330,8 +330,9 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 	mustCode(t, err, codes.FailedPrecondition, "encrypt")
 	_, err = mc.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: encID, CapacityRange: &csi.CapacityRange{RequiredBytes: 2 * size}, Secrets: tk.secrets})
 	mustCode(t, err, codes.FailedPrecondition, "encrypt")
+	// a class asking for encryption (librbd's, see e2e/encryption) whose secret has no passphrase
 	_, err = mc.CreateVolume(ctx, tk.req("pvc-enc-2", size, nil, tk.cephcsiParams("encrypted", "true")))
-	mustCode(t, err, codes.InvalidArgument, "encrypted", "encryption")
+	mustCode(t, err, codes.InvalidArgument, "encrypted", "encryptionPassphrase")
 
 	// delete in an order that exercises the trash: the source first, while its snapshots'
 	// clone images still need its trashed snapshots, then snapshots with restored clones

@@ -11,6 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/volcap"
@@ -42,6 +43,9 @@ type Options struct {
 	// ClusterName is stored on every image this controller creates (owner.ClusterName), so
 	// objects of several Kubernetes clusters sharing a Ceph cluster can be told apart.
 	ClusterName string
+	// KMS is the KMS configuration (--kms-config) encrypted classes name entries of; nil: only
+	// the default provider.
+	KMS *kms.Config
 }
 
 // Controller is the CSI Controller service for RBD.

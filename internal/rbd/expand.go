@@ -75,11 +75,20 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	}
 	defer p.Conn.Release()
 	nodeExpand := req.GetVolumeCapability().GetBlock() == nil
-	if int64(st.size) >= size {
-		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(st.size), NodeExpansionRequired: nodeExpand}, nil
+	// an encrypted image is larger than its volume by the LUKS header (see ensureEncrypted)
+	enc, err := imageEncryption(ctx, p, v.image)
+	if err != nil {
+		return nil, err
+	}
+	var header uint64
+	if enc != nil {
+		header = enc.HeaderBytes
+	}
+	if int64(st.size-header) >= size {
+		return &csi.ControllerExpandVolumeResponse{CapacityBytes: int64(st.size - header), NodeExpansionRequired: nodeExpand}, nil
 	}
 	_, err = radosop.With(ctx, p, "resize", func(io *rados.IOContext) (struct{}, error) {
-		return struct{}{}, resize(io, v.image, uint64(size))
+		return struct{}{}, resize(io, v.image, uint64(size)+header)
 	})
 	if errors.Is(err, ceph.ErrNoSpace) {
 		return nil, status.Errorf(codes.OutOfRange, "cannot grow volume to %d bytes: %v", size, err)

@@ -24,6 +24,12 @@ const (
 	paramFsType         = "csi.storage.k8s.io/fstype"
 	// paramTryOtherMounters (ceph-csi's key): when the node lacks the mounter, try the others
 	paramTryOtherMounters = "tryOtherMounters"
+	// paramEncrypted and paramKMSID (ceph-csi's keys): librbd's LUKS encryption, keys from a
+	// KMS of the configuration (see encryption.go); paramEncryptionType is ceph-csi's choice
+	// between block (what this is) and file (fscrypt) encryption
+	paramEncrypted      = "encrypted"
+	paramKMSID          = "encryptionKMSID"
+	paramEncryptionType = "encryptionType"
 )
 
 // DefaultImageFeatures make changed-block queries cheap (object-map, fast-diff) and allow
@@ -54,6 +60,11 @@ type volumeParams struct {
 	// TopologyPools (topologyConstrainedPools) place the volume by its accessibility
 	// requirements (see placeByTopology)
 	TopologyPools []topologyPool
+	// Encrypted volumes are formatted with librbd's LUKS2 and served only by the fuse
+	// mounter; KMSID names their key's KMS ("": the default provider)
+	Encrypted  bool
+	KMSID      string
+	mounterSet bool
 }
 
 func parseVolumeParams(p map[string]string) (volumeParams, error) {
@@ -80,7 +91,19 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 				return v, classparam.InvalidParam(k, "%q: want %s (or ceph-csi's %s), %s or %s", val, volumecontext.MounterKRBD,
 					volumecontext.MounterCephCSIKRBD, volumecontext.MounterNBD, volumecontext.MounterFuse)
 			}
-			v.Mounter = m
+			v.Mounter, v.mounterSet = m, true
+		case paramEncrypted:
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return v, classparam.InvalidParam(k, "%q: want true or false", val)
+			}
+			v.Encrypted = b
+		case paramKMSID:
+			v.KMSID = val
+		case paramEncryptionType:
+			if val != "" && val != "block" {
+				return v, classparam.InvalidParam(k, "%q: only block (librbd's LUKS encryption of the whole image); file encryption (fscrypt) is not supported", val)
+			}
 		case paramTryOtherMounters:
 			b, err := strconv.ParseBool(val)
 			if err != nil {
@@ -102,8 +125,12 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 	if err := cephcsiparam.Check(p, cephCSIRBDParams); err != nil {
 		return v, err
 	}
-	known := []string{paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter, paramTryOtherMounters, paramTopologyPools}
+	known := []string{paramClusterID, paramPool, paramDataPool, paramRadosNamespace, paramImageFeatures, paramMounter, paramTryOtherMounters, paramTopologyPools,
+		paramEncrypted, paramKMSID, paramEncryptionType}
 	if err := classparam.UnknownParams(p, append(known, cephCSIRBDParams.Keys()...)...); err != nil {
+		return v, err
+	}
+	if err := v.checkEncryption(); err != nil {
 		return v, err
 	}
 	if v.ClusterID == "" {
@@ -120,6 +147,24 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 		return v, err
 	}
 	return v, nil
+}
+
+// checkEncryption puts an encrypted volume on the fuse mounter, the only one that reads through
+// librbd, where the encryption is: krbd and rbd-nbd map the image's ciphertext.
+func (v *volumeParams) checkEncryption() error {
+	if !v.Encrypted {
+		v.KMSID = "" // ceph-csi ignores it too
+		return nil
+	}
+	if v.mounterSet && v.Mounter != volumecontext.MounterFuse {
+		return classparam.InvalidParam(paramMounter, "%q: encrypted volumes use librbd's own encryption, which only the %s mounter (librbd in monoceph's FUSE server) has; %s would map the ciphertext",
+			v.Mounter, volumecontext.MounterFuse, v.Mounter)
+	}
+	if v.TryOtherMounters {
+		return classparam.InvalidParam(paramTryOtherMounters, "encrypted volumes need the %s mounter: falling back to krbd or rbd-nbd would map the ciphertext", volumecontext.MounterFuse)
+	}
+	v.Mounter = volumecontext.MounterFuse
+	return nil
 }
 
 func parseFeatures(s string) ([]string, error) {
@@ -157,9 +202,6 @@ func featureBits(names []string) uint64 {
 var cephCSIRBDParams = cephcsiparam.Keys{
 	"imageFormat":      cephcsiparam.OnlyValue("2", "RBD image format 1"),
 	"volumeNamePrefix": cephcsiparam.OnlyValue("csi-vol-", "custom image name prefixes"),
-	"encrypted":        cephcsiparam.NotTrue("encryption"),
-	"encryptionType":   cephcsiparam.Ignored, // only read with encrypted: "true"
-	"encryptionKMSID":  cephcsiparam.Ignored,
 	"thickProvision":   cephcsiparam.NotTrue("thick provisioning"),
 	// node options: log placement of rbd-nbd, which monoceph decides itself
 	"cephLogDir":      cephcsiparam.Ignored,

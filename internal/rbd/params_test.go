@@ -90,7 +90,22 @@ func TestParseVolumeParams(t *testing.T) {
 		{"ceph-csi class as written", with("imageFormat", "2", "imageFeatures", "layering", "volumeNamePrefix", "csi-vol-", "encrypted", "false",
 			"encryptionKMSID", "vault", "thickProvision", "false", "cephLogDir", "/var/log/ceph", "cephLogStrategy", "remove",
 			"mapOptions", "", "mkfsOptions", "", "csi.storage.k8s.io/provisioner-secret-name", "csi-rbd-secret"), "", nil},
-		{"encrypted", with("encrypted", "true"), "encrypted", nil},
+		{"encrypted", with("encrypted", "true", "encryptionKMSID", "meta", "encryptionType", "block"), "", func(t *testing.T, v volumeParams) {
+			if !v.Encrypted || v.KMSID != "meta" || v.Mounter != "fuse" {
+				t.Errorf("an encrypted class goes to the fuse mounter with its KMS: %+v", v)
+			}
+		}},
+		{"encrypted on fuse", with("encrypted", "true", "mounter", "fuse"), "", nil},
+		{"KMS of an unencrypted class", with("encrypted", "false", "encryptionKMSID", "meta"), "", func(t *testing.T, v volumeParams) {
+			if v.Encrypted || v.KMSID != "" || v.Mounter != "krbd" {
+				t.Errorf("ceph-csi ignores encryptionKMSID without encryption: %+v", v)
+			}
+		}},
+		{"encrypted on krbd", with("encrypted", "true", "mounter", "krbd"), "mounter", nil},
+		{"encrypted on ceph-csi's rbd", with("encrypted", "true", "mounter", "rbd"), "mounter", nil},
+		{"encrypted on rbd-nbd", with("encrypted", "true", "mounter", "rbd-nbd"), "mounter", nil},
+		{"encrypted with fallbacks", with("encrypted", "true", "tryOtherMounters", "true"), "tryOtherMounters", nil},
+		{"file encryption", with("encrypted", "true", "encryptionType", "file"), "encryptionType", nil},
 		{"encrypted garbage", with("encrypted", "yes please"), "encrypted", nil},
 		{"thick provisioning", with("thickProvision", "true"), "thickProvision", nil},
 		{"image format 1", with("imageFormat", "1"), "imageFormat", nil},

@@ -158,6 +158,14 @@ func cutSnapshot(ctx context.Context, p radosop.Location, rec *journal.Record, i
 		if err != nil {
 			return cut{}, err
 		}
+		// an encrypted volume's snapshot is the size of the volume, not of its image
+		enc, err := readEncryption(img)
+		if err != nil {
+			return cut{}, err
+		}
+		if enc != nil && info.Size > enc.HeaderBytes {
+			info.Size -= enc.HeaderBytes
+		}
 		return cut{size: info.Size, created: time.Unix(ts.Sec, ts.Nsec)}, nil
 	})
 	if err != nil {

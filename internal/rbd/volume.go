@@ -8,6 +8,7 @@ import (
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
+	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
@@ -108,6 +109,10 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if !params.nsSet {
 		params.Namespace = cl.RBD.RadosNamespace
 	}
+	key, err := c.classEncryption(params, req.GetSecrets())
+	if err != nil {
+		return nil, err
+	}
 	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateVolume", "rbd-volume-name:"+name)
 	if err != nil {
 		return nil, err
@@ -135,7 +140,16 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSource(ctx, o, uint64(size)); err != nil {
+	srcEnc, err := sourceEncryption(ctx, o, key)
+	if err != nil {
+		return nil, err
+	}
+	// the image of an encrypted copy is larger than the volume by its source's LUKS header
+	raw := uint64(size)
+	if srcEnc != nil {
+		raw += srcEnc.HeaderBytes
+	}
+	if err := checkSource(ctx, o, raw); err != nil {
 		return nil, err
 	}
 	attrs := map[string]string{
@@ -157,16 +171,24 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	faultpoint.Hit("rbd.CreateVolume.reserved")
 	log := klog.FromContext(ctx).WithValues("image", dst.String()+"/"+rbdname.Image(rec.UID))
 
+	if srcEnc != nil {
+		raw = uint64(size) + srcEnc.HeaderBytes // a repeat: the size the volume was made with
+	}
+	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: rec.UID}
 	switch {
 	case rec.Attrs[attrState] == stateReady:
 	case o.member != nil:
 		err = c.restoreMember(ctx, dst, rec.UID, uint64(size), params, *o.member)
 	case src.Snap != nil:
-		err = c.clone(ctx, o.loc, o.image, o.snap, dst, rbdname.Image(rec.UID), uint64(size), params, o.what)
+		err = c.clone(ctx, o.loc, o.image, o.snap, dst, rbdname.Image(rec.UID), raw, params, o.what)
 	case src.Vol != nil:
-		err = c.cloneFromVolume(ctx, dst, rec.UID, uint64(size), params, o)
+		err = c.cloneFromVolume(ctx, dst, rec.UID, raw, params, o)
 	default:
 		err = ensureBlank(ctx, dst, rbdname.Image(rec.UID), uint64(size), params, created)
+	}
+	if err == nil && key != nil {
+		// every time: a crash after the create may have come before the encryption
+		err = ensureEncrypted(ctx, dst, rbdname.Image(rec.UID), id.String(), uint64(size), key)
 	}
 	if err == nil && len(r.qos) > 0 {
 		// every time, not only for a new image: a crash after the create may have come first
@@ -193,12 +215,12 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	faultpoint.Hit("rbd.CreateVolume.image")
 	log.V(2).Info("Volume ready", "name", name, "size", size, "source", src.String(), "resumed", !created)
 
-	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: rec.UID}
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
 		CapacityBytes: size,
 		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
-			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters}.Map(),
+			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters,
+			Encrypted: key != nil, Librbd: key != nil, KMSID: params.KMSID}.Map(),
 		ContentSource:      req.GetVolumeContentSource(),
 		AccessibleTopology: topology,
 	}}, nil
@@ -210,7 +232,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 func checkPlacement(ctx context.Context, conn *ceph.Conn, params volumeParams) (int64, error) {
 	poolID, err := poolByName(ctx, conn, params.Pool)
 	if ceph.Is(err, ceph.ErrNotFound) {
-		return 0, controller.InvalidParam(paramPool, "pool %q does not exist", params.Pool)
+		return 0, classparam.InvalidParam(paramPool, "pool %q does not exist", params.Pool)
 	}
 	if err != nil {
 		return 0, err
@@ -218,7 +240,7 @@ func checkPlacement(ctx context.Context, conn *ceph.Conn, params volumeParams) (
 	if params.DataPool != "" {
 		_, err := poolByName(ctx, conn, params.DataPool)
 		if ceph.Is(err, ceph.ErrNotFound) {
-			return 0, controller.InvalidParam(paramDataPool, "pool %q does not exist", params.DataPool)
+			return 0, classparam.InvalidParam(paramDataPool, "pool %q does not exist", params.DataPool)
 		}
 		if err != nil {
 			return 0, err
@@ -232,7 +254,7 @@ func checkPlacement(ctx context.Context, conn *ceph.Conn, params volumeParams) (
 			return 0, err
 		}
 		if !ok {
-			return 0, controller.InvalidParam(paramRadosNamespace, "RBD namespace %q does not exist in pool %q", params.Namespace, params.Pool)
+			return 0, classparam.InvalidParam(paramRadosNamespace, "RBD namespace %q does not exist in pool %q", params.Namespace, params.Pool)
 		}
 	}
 	return poolID, nil

@@ -68,6 +68,10 @@ type Request struct {
 	// cluster map asks for read affinity: the FUSE server then reads from the nearest replica
 	// where the cluster allows it (fuse only; see Fuse.open).
 	CrushLocation string `json:"crushLocation,omitempty"`
+	// Encryption opens an encrypted image (fuse only); nil for a plain one. It is key
+	// material, never persisted: a resumed connection gets it from whoever kept the connection
+	// (Connection.Encryption).
+	Encryption *Encryption `json:"-"`
 }
 
 // Attachment is what Detach, Refresh and Check need; callers persist it (it is JSON friendly).

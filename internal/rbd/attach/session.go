@@ -23,6 +23,9 @@ import (
 type Connection struct {
 	File  *os.File
 	State fusefile.State
+	// Encryption is the key of an encrypted image, kept with its connection (in memory only)
+	// so that the server that resumes the connection can open the image again.
+	Encryption *Encryption
 }
 
 // session is one image served at one FUSE directory.
@@ -32,6 +35,7 @@ type session struct {
 	readOnly bool
 	srv      *fusefile.Server
 	img      *openImage // nil for an offline session (see DetachResuming)
+	enc      *Encryption
 }
 
 func (s *session) ended() bool {
@@ -67,6 +71,7 @@ func (f *Fuse) start(ctx context.Context, req Request, a Attachment, conn *Conne
 		return nil, err
 	}
 	s.img = img
+	s.enc = req.Encryption
 	return s, nil
 }
 
@@ -130,7 +135,7 @@ func (f *Fuse) Connection(dir string) (*Connection, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Connection{File: file, State: s.srv.State()}, nil
+	return &Connection{File: file, State: s.srv.State(), Encryption: s.enc}, nil
 }
 
 // Stop stops serving the image at dir (requests in flight are answered first) and closes it,
@@ -196,6 +201,11 @@ func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
 		}
 		img, err := open(io, req.Image.Name, rbd.NoSnapshot)
 		if err != nil {
+			io.Destroy()
+			return struct{}{}, err
+		}
+		if err := loadEncryption(img, spec, req.Encryption); err != nil {
+			_ = img.Close()
 			io.Destroy()
 			return struct{}{}, err
 		}

@@ -6,6 +6,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/nodereq"
+	"github.com/monoceph/monoceph/internal/rbd/attach"
 	"github.com/monoceph/monoceph/internal/rbd/volumecontext"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -64,6 +65,8 @@ type stageRequest struct {
 	access      access
 	image       volumecontext.Image
 	cred        ceph.Credentials
+	// enc opens an encrypted volume (see Server.encryption); key material, never persisted
+	enc *attach.Encryption
 }
 
 func parseStage(req *csi.NodeStageVolumeRequest) (stageRequest, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/hostexec"
+	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/nodestate"
 	"github.com/monoceph/monoceph/internal/oplock"
@@ -55,6 +56,9 @@ type Options struct {
 	// Topology is the node's topology segments (--domain-labels), answered by NodeGetInfo;
 	// nil: none.
 	Topology map[string]string
+	// KMS is the KMS configuration (--kms-config): where the keys of encrypted volumes come
+	// from. Nil: only the default provider (the node-stage secret's passphrase).
+	KMS *kms.Config
 }
 
 // Defaults of Options.Timeout and Options.FilesystemTimeout.
@@ -202,8 +206,10 @@ func errorCode(err error) codes.Code {
 		return codes.FailedPrecondition
 	case errors.Is(err, attach.ErrImageNotFound):
 		return codes.NotFound
-	case errors.Is(err, attach.ErrConnectionLost):
+	case errors.Is(err, attach.ErrConnectionLost), errors.Is(err, attach.ErrNoKey):
 		return codes.FailedPrecondition
+	case errors.Is(err, attach.ErrWrongKey):
+		return codes.InvalidArgument
 	}
 	return ceph.CodeOf(err)
 }

@@ -44,9 +44,14 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 		// the map may be catching up with a ConfigMap change: retryable, not a bad request
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
-	if r.image.Encrypted {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted (volume_context[%q] = \"true\", ceph-csi's encryption): monoceph does not support encryption and will not stage it as a plain device",
-			r.volumeID, volumecontext.Encrypted)
+	if r.image.Encrypted && !r.image.Librbd {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted by ceph-csi (volume_context[%q] = \"true\" without %q): monoceph does not open ceph-csi's encryption yet and will not stage it as a plain device",
+			r.volumeID, volumecontext.Encrypted, volumecontext.EncryptionEngine)
+	}
+	if r.image.Librbd {
+		if r.enc, err = s.encryption(r, req.GetSecrets()); err != nil {
+			return nil, err
+		}
 	}
 	rec, err := s.loadRecord(r.stagingPath)
 	if err != nil {
@@ -125,6 +130,7 @@ func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attache
 		WorkDir:  rec.Attachment.WorkDir,
 		// read affinity: only the fuse mounter reads through librbd in this driver's hands
 		CrushLocation: crushLocation,
+		Encryption:    r.enc,
 	})
 	if err != nil {
 		return errorStatus("attaching image "+rec.Attachment.Image.Spec(), err)

@@ -20,8 +20,15 @@ const (
 	// TryOtherMounters (ceph-csi's key) lets the node use another mounter when it lacks the
 	// one asked for.
 	TryOtherMounters = "tryOtherMounters"
-	// Encrypted marks a volume ceph-csi encrypted; monoceph refuses to stage it.
+	// Encrypted (ceph-csi's key) marks an encrypted volume: by ceph-csi (refused by monoceph's
+	// node) or, with EncryptionEngine, by monoceph.
 	Encrypted = "encrypted"
+	// EncryptionKMSID (ceph-csi's key) names the KMS configuration entry of the volume's key.
+	EncryptionKMSID = "encryptionKMSID"
+	// EncryptionEngine is EngineLibrbd on volumes monoceph encrypted: librbd's own LUKS
+	// encryption, loaded by the fuse mounter's server (ceph-csi's dm-crypt volumes lack it).
+	EncryptionEngine = "encryptionEngine"
+	EngineLibrbd     = "librbd"
 )
 
 // Mounters.
@@ -65,8 +72,12 @@ type Image struct {
 	Name             string
 	Mounter          string
 	TryOtherMounters bool
-	// Encrypted is read from ceph-csi's volume contexts only (monoceph never sets it).
+	// Encrypted: the volume is encrypted, by ceph-csi unless Librbd.
 	Encrypted bool
+	// Librbd: monoceph encrypted the volume with librbd (EncryptionEngine), and KMSID names
+	// where its key comes from ("": the default provider).
+	Librbd bool
+	KMSID  string
 }
 
 // Map renders the image as a volume context.
@@ -76,6 +87,15 @@ func (i Image) Map() map[string]string {
 	}
 	if i.TryOtherMounters {
 		m[TryOtherMounters] = "true"
+	}
+	if i.Encrypted {
+		m[Encrypted] = "true"
+	}
+	if i.Librbd {
+		m[EncryptionEngine] = EngineLibrbd
+	}
+	if i.KMSID != "" {
+		m[EncryptionKMSID] = i.KMSID
 	}
 	return m
 }
@@ -122,6 +142,18 @@ func Parse(ctx map[string]string) (Image, error) {
 			}
 			*dst = b
 		}
+	}
+	i.KMSID = ctx[EncryptionKMSID]
+	switch e := ctx[EncryptionEngine]; {
+	case e == "":
+	case e != EngineLibrbd:
+		return Image{}, fmt.Errorf("volume_context[%q] = %q: want %s", EncryptionEngine, e, EngineLibrbd)
+	case !i.Encrypted:
+		return Image{}, fmt.Errorf("volume_context[%q] = %q needs volume_context[%q] = \"true\"", EncryptionEngine, e, Encrypted)
+	case i.Mounter != MounterFuse || i.TryOtherMounters:
+		return Image{}, fmt.Errorf("volume_context[%q] = %q: librbd's encryption needs the %s mounter, not %s (tryOtherMounters %v)", EncryptionEngine, e, MounterFuse, i.Mounter, i.TryOtherMounters)
+	default:
+		i.Librbd = true
 	}
 	return i, nil
 }

@@ -22,6 +22,14 @@ func with(key, value string) map[string]string {
 	return m
 }
 
+func withAll(kv ...string) map[string]string {
+	m := valid()
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
@@ -41,6 +49,12 @@ func TestParse(t *testing.T) {
 			want: Image{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "csi-vol-abcdefghijklmnop", Mounter: MounterKRBD, TryOtherMounters: true}},
 		{name: "ceph-csi encrypted", ctx: with(Encrypted, "true"),
 			want: Image{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "csi-vol-abcdefghijklmnop", Mounter: MounterFuse, Encrypted: true}},
+		{name: "monoceph encrypted", ctx: withAll(Encrypted, "true", EncryptionEngine, EngineLibrbd, EncryptionKMSID, "meta"),
+			want: Image{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "csi-vol-abcdefghijklmnop", Mounter: MounterFuse, Encrypted: true, Librbd: true, KMSID: "meta"}},
+		{name: "librbd encryption, not encrypted", ctx: with(EncryptionEngine, EngineLibrbd), msg: `volume_context["encryptionEngine"] = "librbd" needs volume_context["encrypted"] = "true"`},
+		{name: "librbd encryption on krbd", ctx: withAll(Encrypted, "true", EncryptionEngine, EngineLibrbd, Mounter, MounterKRBD), msg: `needs the fuse mounter, not krbd`},
+		{name: "librbd encryption with fallbacks", ctx: withAll(Encrypted, "true", EncryptionEngine, EngineLibrbd, TryOtherMounters, "true"), msg: `tryOtherMounters true`},
+		{name: "unknown engine", ctx: withAll(Encrypted, "true", EncryptionEngine, "dm-crypt"), msg: `volume_context["encryptionEngine"] = "dm-crypt": want librbd`},
 		{name: "tryOtherMounters not a bool", ctx: with(TryOtherMounters, "sometimes"), msg: `volume_context["tryOtherMounters"] = "sometimes": want true or false`},
 		{name: "empty", ctx: map[string]string{}, msg: `volume_context["clusterID"] is missing`},
 		{name: "nil", ctx: nil, msg: `volume_context["clusterID"] is missing`},
@@ -90,6 +104,8 @@ func TestMapRoundTrip(t *testing.T) {
 	for _, img := range []Image{
 		{ClusterID: "local", Pool: "rbd", Namespace: "k8s", Name: "csi-vol-x", Mounter: MounterFuse},
 		{ClusterID: "local", Pool: "rbd", Name: "csi-vol-y", Mounter: MounterKRBD},
+		{ClusterID: "local", Pool: "rbd", Name: "csi-vol-z", Mounter: MounterFuse, Encrypted: true, Librbd: true, KMSID: "meta"},
+		{ClusterID: "local", Pool: "rbd", Name: "csi-vol-w", Mounter: MounterFuse, Encrypted: true, Librbd: true},
 	} {
 		got, err := Parse(img.Map())
 		if err != nil || got != img {

@@ -1,0 +1,148 @@
+package kms
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		in      string
+		wantErr string
+		ids     []string
+	}{
+		{"file form", `{"meta":{"encryptionKMSType":"metadata"}}`, "", []string{"meta"}},
+		{"configmap form", `{"meta":"{\"encryptionKMSType\":\"metadata\"}"}`, "", []string{"meta"}},
+		{"older provider key", `{"m":{"KMS_PROVIDER":"metadata"}}`, "", []string{"m"}},
+		{"vault kept for the refusal", `{"v":{"encryptionKMSType":"vault","vaultAddress":"http://v:8200"},"m":{"encryptionKMSType":"metadata"}}`, "", []string{"m", "v"}},
+		{"empty", `{}`, "", []string{}},
+		{"not an object", `[]`, "JSON object", nil},
+		{"no provider", `{"x":{"secretName":"s"}}`, "names no provider", nil},
+		{"provider not a string", `{"x":{"encryptionKMSType":3}}`, "want a provider name", nil},
+		{"string holding no object", `{"x":"nope"}`, "does not hold", nil},
+		{"reserved default", `{"default":{"encryptionKMSType":"metadata"}}`, "reserved", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Parse([]byte(tt.in))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(c.IDs(), ","); got != strings.Join(tt.ids, ",") {
+				t.Fatalf("IDs = %q, want %q", got, tt.ids)
+			}
+		})
+	}
+}
+
+func TestProvider(t *testing.T) {
+	c, err := Parse([]byte(`{
+		"meta": {"encryptionKMSType": "metadata"},
+		"own-secret": {"encryptionKMSType": "metadata", "secretName": "kek", "secretNamespace": "ns"},
+		"vault": {"encryptionKMSType": "vaulttokens"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		id, want string
+		err      error
+		errText  string
+	}{
+		{"", TypeDefault, nil, ""},
+		{"default", TypeDefault, nil, ""},
+		{"meta", TypeMetadata, nil, ""},
+		{"nope", "", ErrUnknownKMS, "configured: meta, own-secret, vault"},
+		{"own-secret", "", ErrUnsupported, "secretName"},
+		{"vault", "", ErrUnsupported, `"vaulttokens" is not supported yet`},
+	} {
+		t.Run(tt.id, func(t *testing.T) {
+			got, err := c.Provider(tt.id)
+			if !errors.Is(err, tt.err) || (err != nil && !strings.Contains(err.Error(), tt.errText)) {
+				t.Fatalf("err = %v, want %v with %q", err, tt.err, tt.errText)
+			}
+			if got != tt.want {
+				t.Fatalf("Provider(%q) = %q, want %q", tt.id, got, tt.want)
+			}
+		})
+	}
+	var none *Config
+	if _, err := none.Provider("meta"); !errors.Is(err, ErrUnknownKMS) || !strings.Contains(err.Error(), "configured: none") {
+		t.Fatalf("nil config: %v", err)
+	}
+}
+
+func TestPassphrase(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		secrets map[string]string
+		err     error
+	}{
+		{"present", map[string]string{"userID": "u", PassphraseKey: "pw"}, nil},
+		{"missing", map[string]string{"userID": "u"}, ErrMissingPassphrase},
+		{"empty", map[string]string{PassphraseKey: ""}, ErrMissingPassphrase},
+		{"no secrets", nil, ErrMissingPassphrase},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := Passphrase(tt.secrets); !errors.Is(err, tt.err) {
+				t.Fatalf("err = %v, want %v", err, tt.err)
+			}
+		})
+	}
+}
+
+func TestWrapUnwrap(t *testing.T) {
+	const vol = "rv1:local:1::0f0e0d0c"
+	dek, err := NewDEK()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := NewDEK()
+	if string(dek) == string(other) || len(dek) != 28 {
+		t.Fatalf("DEKs %q and %q: want two different 28-character keys", dek, other)
+	}
+	value, err := Wrap([]byte("kek"), vol, dek)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(value, string(dek)) {
+		t.Fatal("the wrapped value holds the DEK")
+	}
+	var shape map[string][]byte
+	if err := json.Unmarshal([]byte(value), &shape); err != nil || len(shape["nonce"]) != 12 || len(shape["dek"]) != len(dek)+16 || len(shape) != 2 {
+		t.Fatalf("wrapped value %s: want ceph-csi's {dek, nonce} (12-byte nonce, sealed DEK + 16-byte tag): %v", value, err)
+	}
+	tampered := strings.Replace(value, `"dek":"`, `"dek":"A`, 1)
+	for _, tt := range []struct {
+		name, pass, vol, value string
+		err                    error
+		errText                string
+	}{
+		{"round trip", "kek", vol, value, nil, ""},
+		{"wrong passphrase", "KEK", vol, value, ErrWrongPassphrase, ""},
+		{"another volume's salt", "kek", vol + "x", value, ErrWrongPassphrase, ""},
+		{"tampered", "kek", vol, tampered, nil, "wrapped DEK"},
+		{"not JSON", "kek", vol, "dek", nil, "wrapped DEK"},
+		{"short nonce", "kek", vol, `{"dek":"AAAA","nonce":"AAAA"}`, nil, "nonce of 3 bytes"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Unwrap([]byte(tt.pass), tt.vol, tt.value)
+			if tt.err == nil && tt.errText == "" {
+				if err != nil || string(got) != string(dek) {
+					t.Fatalf("Unwrap = %q, %v; want %q", got, err, dek)
+				}
+				return
+			}
+			if err == nil || (tt.err != nil && !errors.Is(err, tt.err)) || !strings.Contains(err.Error(), tt.errText) {
+				t.Fatalf("err = %v, want %v %q", err, tt.err, tt.errText)
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package rbd
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/classparam"
+	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/kms"
+	"github.com/monoceph/monoceph/internal/radosop"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// classKey is the key material of an encrypted class for one CreateVolume: the provider of its
+// encryptionKMSID and the provisioner secret's encryptionPassphrase. Never logged or stored.
+type classKey struct {
+	kmsID string
+	typ   string
+	pass  []byte
+}
+
+// classEncryption checks an encrypted class's KMS and secret before anything is reserved;
+// nil for a class without encryption.
+func (c *Controller) classEncryption(params volumeParams, secrets map[string]string) (*classKey, error) {
+	if !params.Encrypted {
+		return nil, nil
+	}
+	typ, err := c.opts.KMS.Provider(params.KMSID)
+	if err != nil {
+		return nil, classparam.InvalidParam(paramKMSID, "%v", err)
+	}
+	pass, err := kms.Passphrase(secrets)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "the class is encrypted (parameters[%q]) and its provisioner secret has no %s: %v", paramEncrypted, kms.PassphraseKey, err)
+	}
+	return &classKey{kmsID: params.KMSID, typ: typ, pass: pass}, nil
+}
+
+// readEncryption returns the encryption state of an image (kms.StateKey), nil for a plain one.
+func readEncryption(img *rbd.Image) (*kms.ImageState, error) {
+	v, err := img.GetMetadata(kms.StateKey)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, err := kms.ParseImageState(v)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &st, nil
+}
+
+// imageEncryption is readEncryption of image name at p.
+func imageEncryption(ctx context.Context, p radosop.Location, name string) (*kms.ImageState, error) {
+	return radosop.With(ctx, p, "read the encryption of "+name, func(io *rados.IOContext) (*kms.ImageState, error) {
+		img, err := rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
+		if err != nil {
+			return nil, err
+		}
+		defer img.Close()
+		return readEncryption(img)
+	})
+}
+
+// sourceEncryption checks that a content source and the class agree about encryption: a plain
+// source cannot become an encrypted volume (its data would have to be encrypted), an encrypted
+// one cannot become a plain volume (its pods would read ciphertext) or move to another KMS (the
+// key of a Pacific clone is its parent's). It returns the source's state, nil for a plain one.
+func sourceEncryption(ctx context.Context, o origin, key *classKey) (*kms.ImageState, error) {
+	if o.what == "" {
+		return nil, nil
+	}
+	if o.member != nil {
+		if key != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "restoring a group snapshot member into an encrypted class is not supported yet")
+		}
+		return nil, nil
+	}
+	st, err := imageEncryption(ctx, o.loc, o.image)
+	if isNotFound(err) {
+		return nil, controller.NotFoundf("%s does not exist", o.what)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case st == nil && key != nil:
+		return nil, status.Errorf(codes.InvalidArgument, "%s is not encrypted, the class is (parameters[%q]): monoceph does not encrypt existing data", o.what, paramEncrypted)
+	case st != nil && key == nil:
+		return nil, status.Errorf(codes.InvalidArgument, "%s is encrypted (KMS %q); a volume made from it needs an encrypted class with the same encryptionKMSID", o.what, st.KMSID)
+	case st != nil && st.KMSID != key.kmsID:
+		return nil, status.Errorf(codes.InvalidArgument, "%s is encrypted with KMS %q, the class names %q: the copy keeps its source's key, so its KMS too", o.what, st.KMSID, key.kmsID)
+	}
+	return st, nil
+}
+
+// ensureEncrypted finishes an encrypted volume's image: a new one gets its LUKS2 header (and
+// with the metadata provider a random DEK, wrapped for this volume), then grows by the header so
+// that the volume shows size bytes; a clone takes over the state it inherited from its source
+// (the DEK is wrapped again for this volume: the salt is the volume ID). The state is written
+// last and names the volume, so a retry after a crash redoes whatever it does not show done;
+// nothing is handed out before it is there.
+func ensureEncrypted(ctx context.Context, p radosop.Location, name, volumeID string, size uint64, key *classKey) error {
+	st, err := imageEncryption(ctx, p, name)
+	if err != nil || (st != nil && st.VolumeID == volumeID) {
+		return err
+	}
+	_, err = radosop.With(ctx, p, "encrypt "+name, func(io *rados.IOContext) (struct{}, error) {
+		if st != nil {
+			return struct{}{}, adoptEncryption(io, name, volumeID, size, *st, key)
+		}
+		return struct{}{}, formatEncryption(io, name, volumeID, size, key)
+	})
+	return err
+}
+
+// formatEncryption writes the LUKS2 header of a new image and its state.
+func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, key *classKey) error {
+	var header uint64
+	err := withImage(io, name, func(img *rbd.Image) error {
+		pass := key.pass
+		if key.typ == kms.TypeMetadata {
+			dek, err := kms.NewDEK()
+			if err != nil {
+				return err
+			}
+			w, err := kms.Wrap(key.pass, volumeID, dek)
+			if err != nil {
+				return err
+			}
+			if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {
+				return err
+			}
+			pass = dek
+		}
+		raw, err := img.GetSize()
+		if err != nil {
+			return err
+		}
+		if err := img.EncryptionFormat(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass}); err != nil {
+			return err
+		}
+		// the handle now reads through the encryption: its size is what the header leaves
+		plain, err := img.GetSize()
+		if err != nil {
+			return err
+		}
+		if plain >= raw {
+			return status.Errorf(codes.Internal, "image %s is %d bytes before its LUKS header and %d after", name, raw, plain)
+		}
+		header = raw - plain
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// on a handle without the encryption loaded: there a resize is of the raw image on every
+	// release (Pacific's librbd resizes the raw image on an encrypted handle too, newer ones
+	// may not)
+	return withImage(io, name, func(img *rbd.Image) error {
+		if err := growTo(img, size+header); err != nil {
+			return err
+		}
+		return img.SetMetadata(kms.StateKey, kms.ImageState{Format: kms.FormatLUKS2, KMSID: key.kmsID, HeaderBytes: header, VolumeID: volumeID}.String())
+	})
+}
+
+// adoptEncryption makes the state a clone inherited from its source (librbd copies a parent's
+// metadata to its clones) this volume's. On Pacific a clone opens with its parent's LUKS
+// passphrase (librbd's per-clone keys, rbd_encryption_load2, came with Reef), so the DEK stays
+// the source's, wrapped again for this volume.
+func adoptEncryption(io *rados.IOContext, name, volumeID string, size uint64, st kms.ImageState, key *classKey) error {
+	return withImage(io, name, func(img *rbd.Image) error {
+		if key.typ == kms.TypeMetadata {
+			w, err := img.GetMetadata(kms.MetadataDEKKey)
+			if err != nil {
+				return err
+			}
+			dek, err := kms.Unwrap(key.pass, st.VolumeID, w)
+			if errors.Is(err, kms.ErrWrongPassphrase) {
+				// wrapped for this volume already, by a call killed before the state
+				dek, err = kms.Unwrap(key.pass, volumeID, w)
+			}
+			if errors.Is(err, kms.ErrWrongPassphrase) {
+				return status.Errorf(codes.InvalidArgument, "the class's %s does not unwrap the key of the source volume %s", kms.PassphraseKey, st.VolumeID)
+			}
+			if err != nil {
+				return err
+			}
+			if w, err = kms.Wrap(key.pass, volumeID, dek); err != nil {
+				return err
+			}
+			if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {
+				return err
+			}
+		}
+		if err := growTo(img, size+st.HeaderBytes); err != nil {
+			return err
+		}
+		st.VolumeID = volumeID
+		return img.SetMetadata(kms.StateKey, st.String())
+	})
+}
