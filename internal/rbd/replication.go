@@ -440,9 +440,10 @@ func (r *Replication) DemoteVolume(ctx context.Context, req *replpb.DemoteVolume
 
 // ResyncVolume repairs a secondary that split from the primary (both were primary for a
 // while: a force promote on the other site): its image is flagged for resync, which makes the
-// local rbd-mirror daemon replace it with a full copy of the primary. force=true asks a resync
-// of a healthy secondary too. Ready reports that the secondary replays the primary and is
-// caught up; the CO calls again until it is.
+// local rbd-mirror daemon replace it with a full copy of the primary. force=true flags a
+// secondary whose daemon is stopped or has not reported too, never one that replays (see
+// resyncDecision). Ready reports that the secondary replays the primary and is caught up; the
+// CO calls again until it is.
 func (r *Replication) ResyncVolume(ctx context.Context, req *replpb.ResyncVolumeRequest) (*replpb.ResyncVolumeResponse, error) {
 	ctx, t, err := r.open(ctx, "ResyncVolume", req)
 	if err != nil {
@@ -469,18 +470,40 @@ func (r *Replication) ResyncVolume(ctx context.Context, req *replpb.ResyncVolume
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is primary here: demote it before resyncing it from its peer", t.raw)
 	}
 	local, lerr := s.status.LocalStatus()
-	split := lerr == nil && (local.State == rbd.MirrorImageStatusStateError || strings.Contains(local.Description, "split-brain"))
-	if split || req.GetForce() {
+	flag, ready := resyncDecision(local, lerr, req.GetForce())
+	if flag {
 		_, err = withMirrorImage(ctx, t, "resync", func(_ *rados.IOContext, img *rbd.Image) (struct{}, error) {
 			return struct{}{}, img.MirrorResync()
 		})
 		if err != nil {
 			return nil, err
 		}
-		klog.FromContext(ctx).V(2).Info("Volume resync requested", "volumeID", t.raw, "splitBrain", split, "description", local.Description)
-		return &replpb.ResyncVolumeResponse{Ready: false}, nil
+		klog.FromContext(ctx).V(2).Info("Volume resync requested", "volumeID", t.raw, "force", req.GetForce(), "state", local.State, "description", local.Description)
 	}
-	return &replpb.ResyncVolumeResponse{Ready: lerr == nil && caughtUp(local)}, nil
+	return &replpb.ResyncVolumeResponse{Ready: ready}, nil
+}
+
+// resyncDecision says whether a ResyncVolume flags the image for resync and whether the
+// secondary is ready. csi-addons calls ResyncVolume on every reconcile of a secondary (force
+// set by autoResync) and always with force in its Resync state until Ready, so flagging on
+// every forced call would make the daemon recreate the image forever: a secondary whose daemon
+// already (re)starts, copies or replays the primary without error is never flagged, force or
+// not; a split-brain or error is flagged (again while the daemon has not picked the flag up:
+// flagging is idempotent); other states (no status yet, unknown, stopping, stopped: the daemon
+// is down or between states) are flagged only with force. The image being recreated after a
+// flag is answered Aborted before this.
+func resyncDecision(local rbd.SiteMirrorImageStatus, lerr error, force bool) (flag, ready bool) {
+	if lerr != nil {
+		return false, false // the local daemon has reported nothing yet
+	}
+	if local.State == rbd.MirrorImageStatusStateError || strings.Contains(local.Description, "split-brain") {
+		return true, false
+	}
+	switch local.State {
+	case rbd.MirrorImageStatusStateStartingReplay, rbd.MirrorImageStatusStateSyncing, rbd.MirrorImageStatusStateReplaying:
+		return false, caughtUp(local)
+	}
+	return force, false
 }
 
 // caughtUp: the secondary's daemon is up, replaying, and idle (its last mirror snapshot is

@@ -114,3 +114,36 @@ func TestReplicationInfo(t *testing.T) {
 		})
 	}
 }
+
+func TestResyncDecision(t *testing.T) {
+	const idle = `replaying, {"replay_state":"idle","local_snapshot_timestamp":1700000000}`
+	st := func(s rbd.MirrorImageStatusState, desc string) rbd.SiteMirrorImageStatus {
+		return rbd.SiteMirrorImageStatus{State: s, Description: desc, Up: true}
+	}
+	tests := []struct {
+		name        string
+		local       rbd.SiteMirrorImageStatus
+		lerr        error
+		force       bool
+		flag, ready bool
+	}{
+		{"replaying caught up, force", st(rbd.MirrorImageStatusStateReplaying, idle), nil, true, false, true},
+		{"replaying caught up", st(rbd.MirrorImageStatusStateReplaying, idle), nil, false, false, true},
+		{"replaying copying, force", st(rbd.MirrorImageStatusStateReplaying, `replaying, {"replay_state":"syncing"}`), nil, true, false, false},
+		{"syncing after a flag, force", st(rbd.MirrorImageStatusStateSyncing, "bootstrapping, IMAGE_SYNC/COPY_IMAGE 12%"), nil, true, false, false},
+		{"starting replay, force", st(rbd.MirrorImageStatusStateStartingReplay, "starting replay"), nil, true, false, false},
+		{"split-brain", st(rbd.MirrorImageStatusStateStopped, "split-brain"), nil, false, true, false},
+		{"error", st(rbd.MirrorImageStatusStateError, "remote image is not primary"), nil, false, true, false},
+		{"stopped, force", st(rbd.MirrorImageStatusStateStopped, "stopped"), nil, true, true, false},
+		{"stopped", st(rbd.MirrorImageStatusStateStopped, "stopped"), nil, false, false, false},
+		{"no local status, force", rbd.SiteMirrorImageStatus{}, rbd.ErrNotExist, true, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			flag, ready := resyncDecision(tt.local, tt.lerr, tt.force)
+			if flag != tt.flag || ready != tt.ready {
+				t.Errorf("flag %v ready %v, want %v %v", flag, ready, tt.flag, tt.ready)
+			}
+		})
+	}
+}
