@@ -386,7 +386,11 @@ func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolu
 			return struct{}{}, img.MirrorPromote(req.GetForce())
 		})
 		if ceph.Is(err, ceph.ErrBusy) || ceph.Is(err, ceph.ErrInvalid) || ceph.Errno(err) == -int(syscall.EROFS) {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s cannot be promoted while its peer is primary or replaying (demote it there first, or promote with force for a lost site): %v", t.raw, err)
+			g, serr := t.state(ctx, true)
+			if serr != nil {
+				return nil, serr
+			}
+			return nil, promoteRefused(t.raw, g.status, err)
 		}
 		if err != nil {
 			return nil, err
@@ -397,6 +401,22 @@ func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolu
 		return nil, err
 	}
 	return &replpb.PromoteVolumeResponse{}, nil
+}
+
+// promoteRefused answers a promotion librbd refused (the image's last mirror snapshot is not
+// a demoted primary's, fully copied). csi-addons force-promotes on FAILED_PRECONDITION
+// (volumePromotionKnownErrors), as ceph-csi means it for a lost primary site; a force while
+// the peer is alive makes a split brain. So a peer site whose rbd-mirror daemon reports the
+// image and is up (the peer is reachable: still primary, or its demotion is on the way) is
+// UNAVAILABLE, and the CO retries without force; with no peer reporting up, the primary is
+// unreachable and FAILED_PRECONDITION asks for the force.
+func promoteRefused(raw string, g rbd.GlobalMirrorImageStatus, err error) error {
+	for _, site := range g.SiteStatuses {
+		if site.MirrorUUID != "" && site.Up {
+			return status.Errorf(codes.Unavailable, "volume %s cannot be promoted yet: its peer is reachable and still primary, or its demotion has not been copied here yet (%s: %s): %v", raw, site.State, site.Description, err)
+		}
+	}
+	return status.Errorf(codes.FailedPrecondition, "volume %s cannot be promoted: it is not demoted on a reachable peer (no peer site reports it up); promote with force for a lost site: %v", raw, err)
 }
 
 // DemoteVolume makes the volume's image secondary on this site, and the peer can then be

@@ -147,3 +147,27 @@ func TestResyncDecision(t *testing.T) {
 		})
 	}
 }
+
+func TestPromoteRefused(t *testing.T) {
+	local := rbd.SiteMirrorImageStatus{State: rbd.MirrorImageStatusStateReplaying, Up: true}
+	peer := func(up bool) rbd.SiteMirrorImageStatus {
+		return rbd.SiteMirrorImageStatus{MirrorUUID: "a-uuid", State: rbd.MirrorImageStatusStateStopped, Description: "local image is primary", Up: up}
+	}
+	tests := []struct {
+		name  string
+		sites []rbd.SiteMirrorImageStatus
+		code  codes.Code
+	}{
+		{"peer up: planned migration, demotion not here yet", []rbd.SiteMirrorImageStatus{local, peer(true)}, codes.Unavailable},
+		{"peer down: lost site", []rbd.SiteMirrorImageStatus{local, peer(false)}, codes.FailedPrecondition},
+		{"no peer status", []rbd.SiteMirrorImageStatus{local}, codes.FailedPrecondition},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := promoteRefused("vol", rbd.GlobalMirrorImageStatus{SiteStatuses: tt.sites}, rbd.ErrNotFound)
+			if status.Code(err) != tt.code {
+				t.Errorf("%v, want %v", err, tt.code)
+			}
+		})
+	}
+}
