@@ -28,7 +28,7 @@ type Cluster struct {
 	// ReadAffinity makes RBD volumes read from the OSDs nearest to the node (ceph-csi's key).
 	ReadAffinity ReadAffinity `json:"readAffinity,omitempty"`
 
-	// MirrorOf is set by Lookup when the entry was found through the cluster ID of one of its
+	// MirrorOf is set by LookupRBD when the entry was found through the cluster ID of one of its
 	// RBD mirror peers: RBDPoolID then maps that peer's pool IDs.
 	MirrorOf string `json:"-"`
 }
@@ -233,13 +233,23 @@ func (c Cluster) Validate() error {
 	return nil
 }
 
-// Lookup finds a cluster by ID, or the cluster that lists clusterID among its RBD mirror
-// peers (with MirrorOf set to it).
+// Lookup finds a cluster by its own ID, never through a mirror peer's: a class's clusterID
+// and CephFS IDs name the cluster they were minted on.
 func (m ClusterMap) Lookup(clusterID string) (Cluster, bool) {
 	for _, c := range m {
 		if c.ClusterID == clusterID {
 			return c, true
 		}
+	}
+	return Cluster{}, false
+}
+
+// LookupRBD is Lookup for the cluster ID of an existing monoceph RBD volume or snapshot ID: it
+// also finds the cluster that lists clusterID among its RBD mirror peers (with MirrorOf set to
+// it, so that RBDPoolID maps the ID's pool). Only RBD IDs resolve so: mirroring copies images.
+func (m ClusterMap) LookupRBD(clusterID string) (Cluster, bool) {
+	if c, ok := m.Lookup(clusterID); ok {
+		return c, true
 	}
 	for _, c := range m {
 		for _, p := range c.RBD.MirrorPeers {

@@ -204,9 +204,12 @@ func TestMirrorPeerLookup(t *testing.T) {
 		{"c", 2, false, "", 0, ""},
 	}
 	for _, tt := range tests {
-		c, ok := m.Lookup(tt.cluster)
+		if _, ok := m.Lookup(tt.cluster); ok != (tt.found && tt.cluster == "b") {
+			t.Errorf("Lookup(%q) found = %v: only the map's own cluster IDs resolve there (CephFS, classes)", tt.cluster, ok)
+		}
+		c, ok := m.LookupRBD(tt.cluster)
 		if ok != tt.found {
-			t.Fatalf("Lookup(%q) found = %v, want %v", tt.cluster, ok, tt.found)
+			t.Fatalf("LookupRBD(%q) found = %v, want %v", tt.cluster, ok, tt.found)
 		}
 		if !ok {
 			continue

@@ -170,7 +170,7 @@ func (r *Replication) open(ctx context.Context, op string, req replRequest) (con
 	}
 	// the manager connection is opened only by the requests that change schedules
 	if _, ok := req.(interface{ GetParameters() map[string]string }); ok {
-		cl, err := r.c.Cluster(v.id.clusterID(), codes.NotFound, "volume_id")
+		cl, err := r.c.volumeCluster(v.id, codes.NotFound, "volume_id")
 		if err == nil {
 			t.mgr, err = r.c.ConnectMgr(ctx, cl, secrets)
 		}

@@ -45,14 +45,14 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
 	srcCluster := sid.clusterID()
-	if cl, err := c.Clusters.Cluster(srcCluster); err == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
+	if cl, err := c.Clusters.RBDCluster(srcCluster); err == nil && sid.csi == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
 		// a mirror peer's volume on this site (volume replication): its class names this site
 		srcCluster = cl.ClusterID
 	}
 	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, srcCluster); err != nil {
 		return nil, err
 	}
-	cl, err := c.Cluster(sid.clusterID(), codes.NotFound, "source_volume_id")
+	cl, err := c.volumeCluster(sid, codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if id.Member {
 		return c.deleteMember(ctx, id, req.GetSecrets())
 	}
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	cl, err := c.idCluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +292,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 }
 
 func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64, ns string, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
-	cl, err := c.Clusters.Cluster(clusterID)
+	cl, err := c.Clusters.RBDCluster(clusterID)
 	if err != nil {
 		return nil, nil // not one of ours: nothing to list
 	}
