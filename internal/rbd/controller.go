@@ -167,9 +167,23 @@ func (c *Controller) locate(ctx context.Context, cl v1.Cluster, poolID int64, ns
 	pool, err := poolByID(ctx, conn, poolID)
 	if err != nil {
 		conn.Release()
-		return radosop.Location{}, errors.Is(err, ceph.ErrNotFound), err
+		gone, err = mappedPoolErr(cl, poolID, err)
+		return radosop.Location{}, gone, err
 	}
 	return radosop.Location{Conn: conn, Pool: pool, Namespace: ns}, false, nil
+}
+
+// mappedPoolErr says whether a failed pool lookup means the ID's objects are gone. A pool ID that
+// came through a mirror peer's poolIDs and names no pool here is a wrong map, not a volume
+// gone: answering DeleteVolume OK would leak the image, so it is FAILED_PRECONDITION.
+func mappedPoolErr(cl v1.Cluster, poolID int64, err error) (gone bool, _ error) {
+	if !errors.Is(err, ceph.ErrNotFound) {
+		return false, err
+	}
+	if cl.MirrorOf != "" {
+		return false, status.Errorf(codes.FailedPrecondition, "cluster map: rbd.mirrorPeers %q of cluster %q maps to pool ID %d, which does not exist: %v", cl.MirrorOf, cl.ClusterID, poolID, err)
+	}
+	return true, err
 }
 
 // orNotFound turns a Ceph "not found" into NOT_FOUND with what, other errors pass on.

@@ -2,12 +2,16 @@ package rbd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
@@ -56,6 +60,32 @@ func TestMirrorPeerResolution(t *testing.T) {
 			err := tt.call()
 			if status.Code(err) != tt.code || !strings.Contains(status.Convert(err).Message(), tt.msg) {
 				t.Fatalf("got %v; want %s naming %q", err, tt.code, tt.msg)
+			}
+		})
+	}
+}
+
+// TestMappedPoolErr: a pool ID the peer mapping names but the cluster lacks is a wrong map
+// (FAILED_PRECONDITION, not gone: DeleteVolume must not answer OK and leak the image); the
+// same for an ID of this cluster means its volume is gone.
+func TestMappedPoolErr(t *testing.T) {
+	missing := fmt.Errorf("look up pool: %w", ceph.ErrNotFound)
+	tests := []struct {
+		name     string
+		mirrorOf string
+		err      error
+		gone     bool
+		code     codes.Code
+	}{
+		{"own pool missing", "", missing, true, codes.Unknown},
+		{"mapped pool missing", "a", missing, false, codes.FailedPrecondition},
+		{"other error", "a", errors.New("timeout"), false, codes.Unknown},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			gone, err := mappedPoolErr(v1.Cluster{ClusterID: "b", MirrorOf: tt.mirrorOf}, 5, tt.err)
+			if gone != tt.gone || status.Code(err) != tt.code {
+				t.Errorf("gone %v, %v; want %v, %v", gone, err, tt.gone, tt.code)
 			}
 		})
 	}
