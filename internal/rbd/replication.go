@@ -574,7 +574,12 @@ func replicationInfo(raw string, g rbd.GlobalMirrorImageStatus) (*replpb.GetVolu
 		}
 		rs, err := site.DescriptionReplayStatus()
 		if err != nil || rs.LocalSnapshotTimestamp == 0 {
-			return nil, status.Errorf(codes.NotFound, "volume %s: the peer has not copied a mirror snapshot yet (%s: %s)", raw, site.State, site.Description)
+			// no replay status (split-brain, error, stopped) or nothing copied yet: the state
+			// and message still tell the CO what is wrong (csi-addons drops a NOT_FOUND answer)
+			if resp.Status == replpb.GetVolumeReplicationInfoResponse_HEALTHY {
+				resp.Status = replpb.GetVolumeReplicationInfoResponse_DEGRADED
+			}
+			return resp, nil
 		}
 		resp.LastSyncTime = timestamppb.New(time.Unix(rs.LocalSnapshotTimestamp, 0))
 		resp.LastSyncDuration = durationpb.New(time.Duration(rs.LastSnapshotSyncSeconds) * time.Second)

@@ -89,12 +89,15 @@ func TestReplicationInfo(t *testing.T) {
 		sites  []rbd.SiteMirrorImageStatus
 		code   codes.Code
 		status replpb.GetVolumeReplicationInfoResponse_Status
+		synced bool // a last sync time is reported
 	}{
-		{"healthy", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateReplaying, true, synced)}, codes.OK, replpb.GetVolumeReplicationInfoResponse_HEALTHY},
-		{"peer daemon down", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateReplaying, false, synced)}, codes.OK, replpb.GetVolumeReplicationInfoResponse_DEGRADED},
-		{"peer error", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateError, true, "split-brain, "+synced[len("replaying, "):])}, codes.OK, replpb.GetVolumeReplicationInfoResponse_ERROR},
-		{"no copy yet", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateStartingReplay, true, "starting replay")}, codes.NotFound, 0},
-		{"no peer", []rbd.SiteMirrorImageStatus{local}, codes.NotFound, 0},
+		{"healthy", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateReplaying, true, synced)}, codes.OK, replpb.GetVolumeReplicationInfoResponse_HEALTHY, true},
+		{"peer daemon down", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateReplaying, false, synced)}, codes.OK, replpb.GetVolumeReplicationInfoResponse_DEGRADED, true},
+		{"peer error", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateError, true, "split-brain, "+synced[len("replaying, "):])}, codes.OK, replpb.GetVolumeReplicationInfoResponse_ERROR, true},
+		{"split-brain, no JSON", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateStopped, true, "split-brain")}, codes.OK, replpb.GetVolumeReplicationInfoResponse_DEGRADED, false},
+		{"error, no JSON", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateError, true, "error bootstrapping replay")}, codes.OK, replpb.GetVolumeReplicationInfoResponse_ERROR, false},
+		{"no copy yet", []rbd.SiteMirrorImageStatus{local, peer(rbd.MirrorImageStatusStateStartingReplay, true, "starting replay")}, codes.OK, replpb.GetVolumeReplicationInfoResponse_DEGRADED, false},
+		{"no peer", []rbd.SiteMirrorImageStatus{local}, codes.NotFound, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,6 +110,15 @@ func TestReplicationInfo(t *testing.T) {
 			}
 			if resp.GetStatus() != tt.status {
 				t.Errorf("status %v, want %v", resp.GetStatus(), tt.status)
+			}
+			if resp.GetStatusMessage() != tt.sites[1].Description {
+				t.Errorf("message %q, want the peer's description %q", resp.GetStatusMessage(), tt.sites[1].Description)
+			}
+			if !tt.synced {
+				if resp.GetLastSyncTime() != nil {
+					t.Errorf("last sync time %v, want none", resp.GetLastSyncTime().AsTime())
+				}
+				return
 			}
 			if got := resp.GetLastSyncTime().AsTime(); !got.Equal(time.Unix(1795918757, 0)) || resp.GetLastSyncBytes() != 4096 || resp.GetLastSyncDuration().AsDuration() != 3*time.Second {
 				t.Errorf("last sync %v, %d bytes, %v", got, resp.GetLastSyncBytes(), resp.GetLastSyncDuration().AsDuration())
