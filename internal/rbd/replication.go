@@ -135,8 +135,23 @@ type replTarget struct {
 	id    volumeID
 	loc   radosop.Location
 	image string
-	mgr   *ceph.Conn // manager commands (snapshot schedules); nil until needed
-	done  func()
+	mgr   *ceph.Conn // manager commands (snapshot schedules); nil until mgrConn opens it
+	// connectMgr opens the manager connection; only schedule and unschedule need one
+	connectMgr func(context.Context) (*ceph.Conn, error)
+	done       func()
+}
+
+// mgrConn opens the manager connection on first use: Demote, Resync and the reads never
+// need one, and a manager being down must not fail them.
+func (t *replTarget) mgrConn(ctx context.Context) (*ceph.Conn, error) {
+	if t.mgr == nil {
+		conn, err := t.connectMgr(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.mgr = conn
+	}
+	return t.mgr, nil
 }
 
 // open locks the volume and resolves its image (through the cluster map's mirror peers on the
@@ -168,16 +183,12 @@ func (r *Replication) open(ctx context.Context, op string, req replRequest) (con
 		p.Conn.Release()
 		unlock()
 	}
-	// the manager connection is opened only by the requests that change schedules
-	if _, ok := req.(interface{ GetParameters() map[string]string }); ok {
+	t.connectMgr = func(ctx context.Context) (*ceph.Conn, error) {
 		cl, err := r.c.volumeCluster(v.id, codes.NotFound, "volume_id")
-		if err == nil {
-			t.mgr, err = r.c.ConnectMgr(ctx, cl, secrets)
-		}
 		if err != nil {
-			t.done()
-			return ctx, nil, err
+			return nil, err
 		}
+		return r.c.ConnectMgr(ctx, cl, secrets)
 	}
 	return ctx, t, nil
 }
@@ -240,7 +251,11 @@ func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
 	if rp.startTime != "" {
 		cmd["start_time"] = rp.startTime
 	}
-	_, err := ceph.MgrCommand(ctx, t.mgr, cmd)
+	mgr, err := t.mgrConn(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ceph.MgrCommand(ctx, mgr, cmd)
 	if ceph.Is(err, ceph.ErrInvalid) {
 		return status.Errorf(codes.InvalidArgument, "snapshot schedule %s (start %q): %v", rp.interval, rp.startTime, err)
 	}
@@ -249,7 +264,11 @@ func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
 
 // unschedule removes the image's schedules; none is not an error.
 func (t *replTarget) unschedule(ctx context.Context) error {
-	_, err := ceph.MgrCommand(ctx, t.mgr, map[string]any{"prefix": "rbd mirror snapshot schedule remove", "level_spec": t.levelSpec()})
+	mgr, err := t.mgrConn(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ceph.MgrCommand(ctx, mgr, map[string]any{"prefix": "rbd mirror snapshot schedule remove", "level_spec": t.levelSpec()})
 	if ceph.Is(err, ceph.ErrNotFound) || ceph.Is(err, ceph.ErrInvalid) { // no schedule: ENOENT (or EINVAL on some releases)
 		return nil
 	}

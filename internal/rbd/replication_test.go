@@ -1,12 +1,14 @@
 package rbd
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ceph/go-ceph/rbd"
 	replpb "github.com/csi-addons/spec/lib/go/replication"
+	"github.com/monoceph/monoceph/internal/ceph"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -181,5 +183,24 @@ func TestPromoteRefused(t *testing.T) {
 				t.Errorf("%v, want %v", err, tt.code)
 			}
 		})
+	}
+}
+
+// TestMgrConnLazy: the manager connection is opened only by a schedule change that has a
+// command to send (no interval: none), and its error is the RPC's.
+func TestMgrConnLazy(t *testing.T) {
+	calls := 0
+	tg := &replTarget{image: "csi-vol-x", connectMgr: func(context.Context) (*ceph.Conn, error) {
+		calls++
+		return nil, status.Error(codes.Unavailable, "no manager")
+	}}
+	if err := tg.schedule(context.Background(), replParams{mode: rbd.ImageMirrorModeSnapshot}); err != nil || calls != 0 {
+		t.Fatalf("schedule without interval: %v, %d connections; want none", err, calls)
+	}
+	if err := tg.schedule(context.Background(), replParams{mode: rbd.ImageMirrorModeSnapshot, interval: "1m"}); status.Code(err) != codes.Unavailable || calls != 1 {
+		t.Fatalf("schedule: %v, %d connections; want the connection's Unavailable after 1", err, calls)
+	}
+	if err := tg.unschedule(context.Background()); status.Code(err) != codes.Unavailable || calls != 2 {
+		t.Fatalf("unschedule: %v, %d connections; want the connection's Unavailable after 2", err, calls)
 	}
 }
