@@ -221,10 +221,17 @@ func (c Cluster) Validate() error {
 		if len(p.PoolIDs) == 0 {
 			return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs must map at least one pool ID", c.ClusterID, p.ClusterID)
 		}
+		// one-to-one: two of the peer's pools mapped to one pool here would let two volume IDs
+		// of the peer name one image (the same name in different pools there)
+		targets := map[int64]string{}
 		for k, v := range p.PoolIDs {
-			if id, err := strconv.ParseInt(k, 10, 64); err != nil || id < 0 || v < 0 {
+			if id, err := strconv.ParseInt(k, 10, 64); err != nil || id < 0 || v < 0 || strconv.FormatInt(id, 10) != k {
 				return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs %q: %d: want a pool ID (a decimal string) mapped to a pool ID", c.ClusterID, p.ClusterID, k, v)
 			}
+			if other, ok := targets[v]; ok {
+				return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs %q and %q both map to pool %d: the mapping must be one-to-one", c.ClusterID, p.ClusterID, min(k, other), max(k, other), v)
+			}
+			targets[v] = k
 		}
 	}
 	if c.ReadAffinity.Enabled && len(c.ReadAffinity.CrushLocationLabels) == 0 {
