@@ -138,6 +138,7 @@ type replTarget struct {
 	mgr   *ceph.Conn // manager commands (snapshot schedules); nil until mgrConn opens it
 	// connectMgr opens the manager connection; only schedule and unschedule need one
 	connectMgr func(context.Context) (*ceph.Conn, error)
+	sendMgr    func(context.Context, map[string]any) error // tests: replaces the manager
 	done       func()
 }
 
@@ -241,21 +242,35 @@ func (t *replTarget) levelSpec() string {
 	return t.loc.Pool + "/" + t.image
 }
 
-// schedule adds the image's mirror snapshot schedule (a no-op when the class names none).
-// Adding the same schedule again changes nothing, so retries are safe.
-func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
-	if rp.interval == "" || rp.mode != rbd.ImageMirrorModeSnapshot {
-		return nil
-	}
-	cmd := map[string]any{"prefix": "rbd mirror snapshot schedule add", "level_spec": t.levelSpec(), "interval": rp.interval}
-	if rp.startTime != "" {
-		cmd["start_time"] = rp.startTime
+// mgrCommand sends a manager command (through t.sendMgr in tests).
+func (t *replTarget) mgrCommand(ctx context.Context, cmd map[string]any) error {
+	if t.sendMgr != nil {
+		return t.sendMgr(ctx, cmd)
 	}
 	mgr, err := t.mgrConn(ctx)
 	if err != nil {
 		return err
 	}
 	_, err = ceph.MgrCommand(ctx, mgr, cmd)
+	return err
+}
+
+// schedule sets the image's mirror snapshot schedule to the class's (a no-op when the class
+// names none). The manager keeps a list of schedules per image and "add" appends to it, so a
+// re-enable or promote with another interval would keep the old one firing too: the image's
+// schedules are removed first. Both steps are idempotent, so retries are safe.
+func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
+	if rp.interval == "" || rp.mode != rbd.ImageMirrorModeSnapshot {
+		return nil
+	}
+	if err := t.unschedule(ctx); err != nil {
+		return err
+	}
+	cmd := map[string]any{"prefix": "rbd mirror snapshot schedule add", "level_spec": t.levelSpec(), "interval": rp.interval}
+	if rp.startTime != "" {
+		cmd["start_time"] = rp.startTime
+	}
+	err := t.mgrCommand(ctx, cmd)
 	if ceph.Is(err, ceph.ErrInvalid) {
 		return status.Errorf(codes.InvalidArgument, "snapshot schedule %s (start %q): %v", rp.interval, rp.startTime, err)
 	}
@@ -264,11 +279,7 @@ func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
 
 // unschedule removes the image's schedules; none is not an error.
 func (t *replTarget) unschedule(ctx context.Context) error {
-	mgr, err := t.mgrConn(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = ceph.MgrCommand(ctx, mgr, map[string]any{"prefix": "rbd mirror snapshot schedule remove", "level_spec": t.levelSpec()})
+	err := t.mgrCommand(ctx, map[string]any{"prefix": "rbd mirror snapshot schedule remove", "level_spec": t.levelSpec()})
 	if ceph.Is(err, ceph.ErrNotFound) || ceph.Is(err, ceph.ErrInvalid) { // no schedule: ENOENT (or EINVAL on some releases)
 		return nil
 	}

@@ -204,3 +204,39 @@ func TestMgrConnLazy(t *testing.T) {
 		t.Fatalf("unschedule: %v, %d connections; want the connection's Unavailable after 2", err, calls)
 	}
 }
+
+// TestScheduleReplaces: setting a schedule first removes the image's schedules (the manager's
+// "add" appends, so a new interval would otherwise keep the old one firing); an image without
+// one (ENOENT) is no error; a failing removal adds nothing.
+func TestScheduleReplaces(t *testing.T) {
+	tests := []struct {
+		name      string
+		removeErr error
+		want      []string
+		code      codes.Code
+	}{
+		{"replaces", nil, []string{"rbd mirror snapshot schedule remove", "rbd mirror snapshot schedule add 2h"}, codes.OK},
+		{"none before", ceph.ErrNotFound, []string{"rbd mirror snapshot schedule remove", "rbd mirror snapshot schedule add 2h"}, codes.OK},
+		{"removal fails", status.Error(codes.Unavailable, "mgr down"), []string{"rbd mirror snapshot schedule remove"}, codes.Unavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var sent []string
+			tg := &replTarget{image: "csi-vol-x", sendMgr: func(_ context.Context, cmd map[string]any) error {
+				p := cmd["prefix"].(string)
+				if iv, ok := cmd["interval"]; ok {
+					p += " " + iv.(string)
+				}
+				sent = append(sent, p)
+				if strings.HasSuffix(p, "remove") {
+					return tt.removeErr
+				}
+				return nil
+			}}
+			err := tg.schedule(context.Background(), replParams{mode: rbd.ImageMirrorModeSnapshot, interval: "2h"})
+			if status.Code(err) != tt.code || strings.Join(sent, ";") != strings.Join(tt.want, ";") {
+				t.Errorf("%v, sent %q; want %v, %q", err, sent, tt.code, tt.want)
+			}
+		})
+	}
+}
