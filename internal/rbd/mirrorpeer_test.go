@@ -14,6 +14,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/oplock"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -88,5 +89,28 @@ func TestMappedPoolErr(t *testing.T) {
 				t.Errorf("gone %v, %v; want %v, %v", gone, err, tt.gone, tt.code)
 			}
 		})
+	}
+}
+
+// TestRecordSnapshotID: a snapshot listed on site B of site A's volume carries the ID
+// CreateSnapshot minted for it (A's cluster ID and pool ID, as its source volume ID keeps
+// them), never B's cluster ID with A's pool ID.
+func TestRecordSnapshotID(t *testing.T) {
+	tests := []struct{ src, want string }{
+		{"rv1:site-a:2::abcdefghijklmnop", "site-a:2:"},
+		{"rv1:site-b:5:ns:abcdefghijklmnop", "site-b:5:ns:"},
+	}
+	for _, tt := range tests {
+		src, err := volid.ParseRBDVolume(tt.src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := recordSnapshotID(src, "qrstuvwxyzabcdef").String()
+		if !strings.Contains(id, tt.want) {
+			t.Errorf("snapshot of %s: %s, want it to carry %q", tt.src, id, tt.want)
+		}
+		if _, err := parseSnapshotID(id); err != nil {
+			t.Errorf("%s does not parse as a snapshot ID: %v", id, err)
+		}
 	}
 }
