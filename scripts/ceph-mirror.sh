@@ -101,7 +101,10 @@ value() { (set +u; . "$1"; eval "echo \"\$$2\""); }
 
 write_config() {
   local s first=1 id
-  {
+  # the file holds both sites' admin keys: created private (umask in the subshell), never
+  # readable between its creation and a chmod; a stale .tmp would keep its old mode, so it goes
+  rm -f "$MIRROR_CONFIG.tmp"
+  (umask 077; {
     printf '{"script": "%s/ceph-mirror.sh", "pool": "%s", "sites": [' "$HERE" "$POOL"
     for s in a b; do
       site "$s"
@@ -112,15 +115,14 @@ write_config() {
         "$s" "$MONOCEPH_CLUSTER_ID" "$(value "$CEPH_DIR/env" CEPH_MONITORS)" "$(value "$CEPH_DIR/env" CEPH_ADMIN_KEY)" "$id" "$CEPH_DIR"
     done
     printf ']}\n'
-  } >"$MIRROR_CONFIG.tmp"
-  chmod 600 "$MIRROR_CONFIG.tmp"
+  } >"$MIRROR_CONFIG.tmp")
   mv "$MIRROR_CONFIG.tmp" "$MIRROR_CONFIG"
 }
 
 cmd_start() {
   command -v rbd-mirror >/dev/null || die "missing rbd-mirror: run scripts/install-deps.sh"
   cmd_stop >/dev/null 2>&1 || true
-  local s token
+  local s token out
   for s in a b; do
     site "$s"
     "$HERE/ceph-local.sh" start --fresh >/dev/null
@@ -128,8 +130,8 @@ cmd_start() {
     if [[ $s == b ]]; then
       # the same pool name under another pool ID on B, as on real sites: the IDs volume IDs
       # carry must be mapped (see the cluster map's mirrorPeers)
-      c osd pool rm "$POOL" "$POOL" --yes-i-really-really-mean-it >/dev/null 2>&1
-      c osd pool create "$POOL" 8 8 >/dev/null 2>&1
+      out=$(c osd pool rm "$POOL" "$POOL" --yes-i-really-really-mean-it 2>&1) || die "site $s: osd pool rm $POOL: $out"
+      out=$(c osd pool create "$POOL" 8 8 2>&1) || die "site $s: osd pool create $POOL: $out"
       r pool init "$POOL"
     fi
     r mirror pool enable --site-name "site-$s" "$POOL" image

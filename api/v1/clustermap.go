@@ -28,7 +28,7 @@ type Cluster struct {
 	// ReadAffinity makes RBD volumes read from the OSDs nearest to the node (ceph-csi's key).
 	ReadAffinity ReadAffinity `json:"readAffinity,omitempty"`
 
-	// MirrorOf is set by Lookup when the entry was found through the cluster ID of one of its
+	// MirrorOf is set by LookupRBD when the entry was found through the cluster ID of one of its
 	// RBD mirror peers: RBDPoolID then maps that peer's pool IDs.
 	MirrorOf string `json:"-"`
 }
@@ -221,10 +221,17 @@ func (c Cluster) Validate() error {
 		if len(p.PoolIDs) == 0 {
 			return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs must map at least one pool ID", c.ClusterID, p.ClusterID)
 		}
+		// one-to-one: two of the peer's pools mapped to one pool here would let two volume IDs
+		// of the peer name one image (the same name in different pools there)
+		targets := map[int64]string{}
 		for k, v := range p.PoolIDs {
-			if id, err := strconv.ParseInt(k, 10, 64); err != nil || id < 0 || v < 0 {
+			if id, err := strconv.ParseInt(k, 10, 64); err != nil || id < 0 || v < 0 || strconv.FormatInt(id, 10) != k {
 				return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs %q: %d: want a pool ID (a decimal string) mapped to a pool ID", c.ClusterID, p.ClusterID, k, v)
 			}
+			if other, ok := targets[v]; ok {
+				return fmt.Errorf("cluster %q: rbd.mirrorPeers %q: poolIDs %q and %q both map to pool %d: the mapping must be one-to-one", c.ClusterID, p.ClusterID, min(k, other), max(k, other), v)
+			}
+			targets[v] = k
 		}
 	}
 	if c.ReadAffinity.Enabled && len(c.ReadAffinity.CrushLocationLabels) == 0 {
@@ -233,13 +240,23 @@ func (c Cluster) Validate() error {
 	return nil
 }
 
-// Lookup finds a cluster by ID, or the cluster that lists clusterID among its RBD mirror
-// peers (with MirrorOf set to it).
+// Lookup finds a cluster by its own ID, never through a mirror peer's: a class's clusterID
+// and CephFS IDs name the cluster they were minted on.
 func (m ClusterMap) Lookup(clusterID string) (Cluster, bool) {
 	for _, c := range m {
 		if c.ClusterID == clusterID {
 			return c, true
 		}
+	}
+	return Cluster{}, false
+}
+
+// LookupRBD is Lookup for the cluster ID of an existing monoceph RBD volume or snapshot ID: it
+// also finds the cluster that lists clusterID among its RBD mirror peers (with MirrorOf set to
+// it, so that RBDPoolID maps the ID's pool). Only RBD IDs resolve so: mirroring copies images.
+func (m ClusterMap) LookupRBD(clusterID string) (Cluster, bool) {
+	if c, ok := m.Lookup(clusterID); ok {
+		return c, true
 	}
 	for _, c := range m {
 		for _, p := range c.RBD.MirrorPeers {

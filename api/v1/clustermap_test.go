@@ -46,6 +46,8 @@ func TestParseClusterMap(t *testing.T) {
 		{"mirror peer bad id", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a/x","poolIDs":{"2":5}}]}}]`, `clusterID "a/x"`},
 		{"mirror peer no pools", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a"}]}}]`, "at least one pool ID"},
 		{"mirror peer bad pool", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"rbd":5}}]}}]`, `poolIDs "rbd"`},
+		{"mirror peer pools not one-to-one", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5,"3":5}}]}}]`, `poolIDs "2" and "3" both map to pool 5`},
+		{"mirror peer pool not canonical", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"02":5}}]}}]`, `poolIDs "02"`},
 		{"mirror peer negative pool", `[{"clusterID":"b","monitors":["m"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":-1}}]}}]`, `poolIDs "2"`},
 		{"mount options with spaces", `[{"clusterID":"a","monitors":["m"],"cephFS":{"kernelMountOptions":"a b"}}]`, "without spaces"},
 	}
@@ -204,9 +206,12 @@ func TestMirrorPeerLookup(t *testing.T) {
 		{"c", 2, false, "", 0, ""},
 	}
 	for _, tt := range tests {
-		c, ok := m.Lookup(tt.cluster)
+		if _, ok := m.Lookup(tt.cluster); ok != (tt.found && tt.cluster == "b") {
+			t.Errorf("Lookup(%q) found = %v: only the map's own cluster IDs resolve there (CephFS, classes)", tt.cluster, ok)
+		}
+		c, ok := m.LookupRBD(tt.cluster)
 		if ok != tt.found {
-			t.Fatalf("Lookup(%q) found = %v, want %v", tt.cluster, ok, tt.found)
+			t.Fatalf("LookupRBD(%q) found = %v, want %v", tt.cluster, ok, tt.found)
 		}
 		if !ok {
 			continue

@@ -92,6 +92,15 @@ func (s *Store) Cluster(clusterID string) (v1.Cluster, error) {
 	return v1.Cluster{}, fmt.Errorf("clusterID %q is not in the cluster map %s", clusterID, s.path)
 }
 
+// RBDCluster looks a cluster up by the cluster ID of an existing RBD volume or snapshot ID,
+// which may name a mirror peer of it (v1.ClusterMap.LookupRBD).
+func (s *Store) RBDCluster(clusterID string) (v1.Cluster, error) {
+	if c, ok := s.Map().LookupRBD(clusterID); ok {
+		return c, nil
+	}
+	return v1.Cluster{}, fmt.Errorf("clusterID %q is not in the cluster map %s, nor a mirror peer of a cluster there", clusterID, s.path)
+}
+
 // LastError is the reason the newest version of the file was rejected, or nil.
 func (s *Store) LastError() error {
 	s.mu.Lock()

@@ -87,7 +87,7 @@ type csiTarget struct {
 // entry. The caller defers done.
 func (c *Controller) deletionTarget(ctx context.Context, op, field string, h cephcsi.Handle, k cephcsi.Kind, secrets map[string]string) (context.Context, csiTarget, func(), error) {
 	var t csiTarget
-	cl, err := c.Cluster(h.ClusterID, codes.FailedPrecondition, field)
+	cl, err := c.csiCluster(h.ClusterID, codes.FailedPrecondition, field)
 	if err != nil {
 		return ctx, t, nil, err
 	}
@@ -168,7 +168,7 @@ func removeTransientSnapshots(io *rados.IOContext, name string, snaps []rbd.Snap
 // NOT_FOUND, encrypted FAILED_PRECONDITION. The caller releases loc.Conn.
 func (c *Controller) openCSIVolume(ctx context.Context, h cephcsi.Handle, secrets map[string]string) (radosop.Location, string, error) {
 	what := "volume " + h.String()
-	cl, err := c.Cluster(h.ClusterID, codes.NotFound, "volume_id")
+	cl, err := c.csiCluster(h.ClusterID, codes.NotFound, "volume_id")
 	if err != nil {
 		return radosop.Location{}, "", err
 	}

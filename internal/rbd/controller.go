@@ -123,6 +123,38 @@ func poolByName(ctx context.Context, conn *ceph.Conn, name string) (int64, error
 	return ceph.Call(ctx, conn, "look up pool", func(r *rados.Conn) (int64, error) { return r.GetPoolByName(name) })
 }
 
+// idCluster resolves the cluster ID of an existing monoceph RBD volume or snapshot ID: on the
+// secondary site of volume replication it names the mirror peer the ID was minted on, and
+// locate then maps its pool ID. A class's clusterID (a Create) goes through c.Cluster, exact.
+func (c *Controller) idCluster(id string, code codes.Code, field string) (v1.Cluster, error) {
+	cl, err := c.Clusters.RBDCluster(id)
+	if err != nil {
+		return cl, status.Errorf(code, "%s: %v", field, err)
+	}
+	return cl, nil
+}
+
+// volumeCluster is idCluster for a volume ID, and csiCluster for a ceph-csi handle.
+func (c *Controller) volumeCluster(id volumeID, code codes.Code, field string) (v1.Cluster, error) {
+	if id.csi != nil {
+		return c.csiCluster(id.csi.ClusterID, code, field)
+	}
+	return c.idCluster(id.mono.ClusterID, code, field)
+}
+
+// csiCluster resolves the cluster ID of a ceph-csi handle. A handle reached only through a
+// mirror peer is refused: its pool ID is the peer's and ceph-csi's journal objects are not
+// mirrored, so nothing here could find its image.
+func (c *Controller) csiCluster(id string, code codes.Code, field string) (v1.Cluster, error) {
+	cl, err := c.Cluster(id, code, field)
+	if err != nil {
+		if peer, perr := c.Clusters.RBDCluster(id); perr == nil {
+			return cl, status.Errorf(codes.FailedPrecondition, "%s: ceph-csi volume handles of cluster %q, a mirror peer of %q, are not resolved on the peer (replicate monoceph volumes)", field, id, peer.ClusterID)
+		}
+	}
+	return cl, err
+}
+
 // locate connects with the RPC's secrets and resolves a pool ID from an ID. gone reports a
 // pool that no longer exists (so neither does anything in it); the caller releases p.Conn
 // unless gone or err.
@@ -139,9 +171,23 @@ func (c *Controller) locate(ctx context.Context, cl v1.Cluster, poolID int64, ns
 	pool, err := poolByID(ctx, conn, poolID)
 	if err != nil {
 		conn.Release()
-		return radosop.Location{}, errors.Is(err, ceph.ErrNotFound), err
+		gone, err = mappedPoolErr(cl, poolID, err)
+		return radosop.Location{}, gone, err
 	}
 	return radosop.Location{Conn: conn, Pool: pool, Namespace: ns}, false, nil
+}
+
+// mappedPoolErr says whether a failed pool lookup means the ID's objects are gone. A pool ID that
+// came through a mirror peer's poolIDs and names no pool here is a wrong map, not a volume
+// gone: answering DeleteVolume OK would leak the image, so it is FAILED_PRECONDITION.
+func mappedPoolErr(cl v1.Cluster, poolID int64, err error) (gone bool, _ error) {
+	if !errors.Is(err, ceph.ErrNotFound) {
+		return false, err
+	}
+	if cl.MirrorOf != "" {
+		return false, status.Errorf(codes.FailedPrecondition, "cluster map: rbd.mirrorPeers %q of cluster %q maps to pool ID %d, which does not exist: %v", cl.MirrorOf, cl.ClusterID, poolID, err)
+	}
+	return true, err
 }
 
 // orNotFound turns a Ceph "not found" into NOT_FOUND with what, other errors pass on.

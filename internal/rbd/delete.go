@@ -38,7 +38,7 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return c.deleteCSIVolume(ctx, req, *vid.csi)
 	}
 	id := vid.mono
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
+	cl, err := c.idCluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 			return radosop.Location{}, v, imageState{}, err
 		}
 	} else {
-		cl, err := c.Cluster(id.mono.ClusterID, codes.NotFound, "volume_id")
+		cl, err := c.idCluster(id.mono.ClusterID, codes.NotFound, "volume_id")
 		if err != nil {
 			return radosop.Location{}, v, imageState{}, err
 		}

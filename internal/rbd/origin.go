@@ -59,9 +59,9 @@ func parseOriginAttr(s string) *trashedImage {
 // names and the namespace of the cluster map's rbd.radosNamespace (ceph-csi takes it from the
 // same key of its config.json).
 func (c *Controller) csiLocation(ctx context.Context, conn *ceph.Conn, h cephcsi.Handle) (radosop.Location, error) {
-	cl, err := c.Clusters.Cluster(h.ClusterID)
+	cl, err := c.csiCluster(h.ClusterID, codes.NotFound, h.String())
 	if err != nil {
-		return radosop.Location{}, controller.NotFoundf("cluster %q of %s is not in the cluster map", h.ClusterID, h.String())
+		return radosop.Location{}, err
 	}
 	pool, err := poolByID(ctx, conn, h.LocationID)
 	if err != nil {

@@ -197,7 +197,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 	if err != nil {
 		return &csi.ControllerUnpublishVolumeResponse{}, nil // names no volume: published nowhere
 	}
-	cl, err := c.Cluster(id.clusterID(), codes.FailedPrecondition, "volume_id")
+	cl, err := c.volumeCluster(id, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
 	}

@@ -135,8 +135,24 @@ type replTarget struct {
 	id    volumeID
 	loc   radosop.Location
 	image string
-	mgr   *ceph.Conn // manager commands (snapshot schedules); nil until needed
-	done  func()
+	mgr   *ceph.Conn // manager commands (snapshot schedules); nil until mgrConn opens it
+	// connectMgr opens the manager connection; only schedule and unschedule need one
+	connectMgr func(context.Context) (*ceph.Conn, error)
+	sendMgr    func(context.Context, map[string]any) error // tests: replaces the manager
+	done       func()
+}
+
+// mgrConn opens the manager connection on first use: Demote, Resync and the reads never
+// need one, and a manager being down must not fail them.
+func (t *replTarget) mgrConn(ctx context.Context) (*ceph.Conn, error) {
+	if t.mgr == nil {
+		conn, err := t.connectMgr(ctx)
+		if err != nil {
+			return nil, err
+		}
+		t.mgr = conn
+	}
+	return t.mgr, nil
 }
 
 // open locks the volume and resolves its image (through the cluster map's mirror peers on the
@@ -168,16 +184,12 @@ func (r *Replication) open(ctx context.Context, op string, req replRequest) (con
 		p.Conn.Release()
 		unlock()
 	}
-	// the manager connection is opened only by the requests that change schedules
-	if _, ok := req.(interface{ GetParameters() map[string]string }); ok {
-		cl, err := r.c.Cluster(v.id.clusterID(), codes.NotFound, "volume_id")
-		if err == nil {
-			t.mgr, err = r.c.ConnectMgr(ctx, cl, secrets)
-		}
+	t.connectMgr = func(ctx context.Context) (*ceph.Conn, error) {
+		cl, err := r.c.volumeCluster(v.id, codes.NotFound, "volume_id")
 		if err != nil {
-			t.done()
-			return ctx, nil, err
+			return nil, err
 		}
+		return r.c.ConnectMgr(ctx, cl, secrets)
 	}
 	return ctx, t, nil
 }
@@ -230,17 +242,35 @@ func (t *replTarget) levelSpec() string {
 	return t.loc.Pool + "/" + t.image
 }
 
-// schedule adds the image's mirror snapshot schedule (a no-op when the class names none).
-// Adding the same schedule again changes nothing, so retries are safe.
+// mgrCommand sends a manager command (through t.sendMgr in tests).
+func (t *replTarget) mgrCommand(ctx context.Context, cmd map[string]any) error {
+	if t.sendMgr != nil {
+		return t.sendMgr(ctx, cmd)
+	}
+	mgr, err := t.mgrConn(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = ceph.MgrCommand(ctx, mgr, cmd)
+	return err
+}
+
+// schedule sets the image's mirror snapshot schedule to the class's (a no-op when the class
+// names none). The manager keeps a list of schedules per image and "add" appends to it, so a
+// re-enable or promote with another interval would keep the old one firing too: the image's
+// schedules are removed first. Both steps are idempotent, so retries are safe.
 func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
 	if rp.interval == "" || rp.mode != rbd.ImageMirrorModeSnapshot {
 		return nil
+	}
+	if err := t.unschedule(ctx); err != nil {
+		return err
 	}
 	cmd := map[string]any{"prefix": "rbd mirror snapshot schedule add", "level_spec": t.levelSpec(), "interval": rp.interval}
 	if rp.startTime != "" {
 		cmd["start_time"] = rp.startTime
 	}
-	_, err := ceph.MgrCommand(ctx, t.mgr, cmd)
+	err := t.mgrCommand(ctx, cmd)
 	if ceph.Is(err, ceph.ErrInvalid) {
 		return status.Errorf(codes.InvalidArgument, "snapshot schedule %s (start %q): %v", rp.interval, rp.startTime, err)
 	}
@@ -249,7 +279,7 @@ func (t *replTarget) schedule(ctx context.Context, rp replParams) error {
 
 // unschedule removes the image's schedules; none is not an error.
 func (t *replTarget) unschedule(ctx context.Context) error {
-	_, err := ceph.MgrCommand(ctx, t.mgr, map[string]any{"prefix": "rbd mirror snapshot schedule remove", "level_spec": t.levelSpec()})
+	err := t.mgrCommand(ctx, map[string]any{"prefix": "rbd mirror snapshot schedule remove", "level_spec": t.levelSpec()})
 	if ceph.Is(err, ceph.ErrNotFound) || ceph.Is(err, ceph.ErrInvalid) { // no schedule: ENOENT (or EINVAL on some releases)
 		return nil
 	}
@@ -386,7 +416,11 @@ func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolu
 			return struct{}{}, img.MirrorPromote(req.GetForce())
 		})
 		if ceph.Is(err, ceph.ErrBusy) || ceph.Is(err, ceph.ErrInvalid) || ceph.Errno(err) == -int(syscall.EROFS) {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %s cannot be promoted while its peer is primary or replaying (demote it there first, or promote with force for a lost site): %v", t.raw, err)
+			g, serr := t.state(ctx, true)
+			if serr != nil {
+				return nil, serr
+			}
+			return nil, promoteRefused(t.raw, g.status, err)
 		}
 		if err != nil {
 			return nil, err
@@ -397,6 +431,22 @@ func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolu
 		return nil, err
 	}
 	return &replpb.PromoteVolumeResponse{}, nil
+}
+
+// promoteRefused answers a promotion librbd refused (the image's last mirror snapshot is not
+// a demoted primary's, fully copied). csi-addons force-promotes on FAILED_PRECONDITION
+// (volumePromotionKnownErrors), as ceph-csi means it for a lost primary site; a force while
+// the peer is alive makes a split brain. So a peer site whose rbd-mirror daemon reports the
+// image and is up (the peer is reachable: still primary, or its demotion is on the way) is
+// UNAVAILABLE, and the CO retries without force; with no peer reporting up, the primary is
+// unreachable and FAILED_PRECONDITION asks for the force.
+func promoteRefused(raw string, g rbd.GlobalMirrorImageStatus, err error) error {
+	for _, site := range g.SiteStatuses {
+		if site.MirrorUUID != "" && site.Up {
+			return status.Errorf(codes.Unavailable, "volume %s cannot be promoted yet: its peer is reachable and still primary, or its demotion has not been copied here yet (%s: %s): %v", raw, site.State, site.Description, err)
+		}
+	}
+	return status.Errorf(codes.FailedPrecondition, "volume %s cannot be promoted: it is not demoted on a reachable peer (no peer site reports it up); promote with force for a lost site: %v", raw, err)
 }
 
 // DemoteVolume makes the volume's image secondary on this site, and the peer can then be
@@ -440,9 +490,10 @@ func (r *Replication) DemoteVolume(ctx context.Context, req *replpb.DemoteVolume
 
 // ResyncVolume repairs a secondary that split from the primary (both were primary for a
 // while: a force promote on the other site): its image is flagged for resync, which makes the
-// local rbd-mirror daemon replace it with a full copy of the primary. force=true asks a resync
-// of a healthy secondary too. Ready reports that the secondary replays the primary and is
-// caught up; the CO calls again until it is.
+// local rbd-mirror daemon replace it with a full copy of the primary. force=true flags a
+// secondary whose daemon is stopped or has not reported too, never one that replays (see
+// resyncDecision). Ready reports that the secondary replays the primary and is caught up; the
+// CO calls again until it is.
 func (r *Replication) ResyncVolume(ctx context.Context, req *replpb.ResyncVolumeRequest) (*replpb.ResyncVolumeResponse, error) {
 	ctx, t, err := r.open(ctx, "ResyncVolume", req)
 	if err != nil {
@@ -469,18 +520,40 @@ func (r *Replication) ResyncVolume(ctx context.Context, req *replpb.ResyncVolume
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is primary here: demote it before resyncing it from its peer", t.raw)
 	}
 	local, lerr := s.status.LocalStatus()
-	split := lerr == nil && (local.State == rbd.MirrorImageStatusStateError || strings.Contains(local.Description, "split-brain"))
-	if split || req.GetForce() {
+	flag, ready := resyncDecision(local, lerr, req.GetForce())
+	if flag {
 		_, err = withMirrorImage(ctx, t, "resync", func(_ *rados.IOContext, img *rbd.Image) (struct{}, error) {
 			return struct{}{}, img.MirrorResync()
 		})
 		if err != nil {
 			return nil, err
 		}
-		klog.FromContext(ctx).V(2).Info("Volume resync requested", "volumeID", t.raw, "splitBrain", split, "description", local.Description)
-		return &replpb.ResyncVolumeResponse{Ready: false}, nil
+		klog.FromContext(ctx).V(2).Info("Volume resync requested", "volumeID", t.raw, "force", req.GetForce(), "state", local.State, "description", local.Description)
 	}
-	return &replpb.ResyncVolumeResponse{Ready: lerr == nil && caughtUp(local)}, nil
+	return &replpb.ResyncVolumeResponse{Ready: ready}, nil
+}
+
+// resyncDecision says whether a ResyncVolume flags the image for resync and whether the
+// secondary is ready. csi-addons calls ResyncVolume on every reconcile of a secondary (force
+// set by autoResync) and always with force in its Resync state until Ready, so flagging on
+// every forced call would make the daemon recreate the image forever: a secondary whose daemon
+// already (re)starts, copies or replays the primary without error is never flagged, force or
+// not; a split-brain or error is flagged (again while the daemon has not picked the flag up:
+// flagging is idempotent); other states (no status yet, unknown, stopping, stopped: the daemon
+// is down or between states) are flagged only with force. The image being recreated after a
+// flag is answered Aborted before this.
+func resyncDecision(local rbd.SiteMirrorImageStatus, lerr error, force bool) (flag, ready bool) {
+	if lerr != nil {
+		return false, false // the local daemon has reported nothing yet
+	}
+	if local.State == rbd.MirrorImageStatusStateError || strings.Contains(local.Description, "split-brain") {
+		return true, false
+	}
+	switch local.State {
+	case rbd.MirrorImageStatusStateStartingReplay, rbd.MirrorImageStatusStateSyncing, rbd.MirrorImageStatusStateReplaying:
+		return false, caughtUp(local)
+	}
+	return force, false
 }
 
 // caughtUp: the secondary's daemon is up, replaying, and idle (its last mirror snapshot is
@@ -531,7 +604,12 @@ func replicationInfo(raw string, g rbd.GlobalMirrorImageStatus) (*replpb.GetVolu
 		}
 		rs, err := site.DescriptionReplayStatus()
 		if err != nil || rs.LocalSnapshotTimestamp == 0 {
-			return nil, status.Errorf(codes.NotFound, "volume %s: the peer has not copied a mirror snapshot yet (%s: %s)", raw, site.State, site.Description)
+			// no replay status (split-brain, error, stopped) or nothing copied yet: the state
+			// and message still tell the CO what is wrong (csi-addons drops a NOT_FOUND answer)
+			if resp.Status == replpb.GetVolumeReplicationInfoResponse_HEALTHY {
+				resp.Status = replpb.GetVolumeReplicationInfoResponse_DEGRADED
+			}
+			return resp, nil
 		}
 		resp.LastSyncTime = timestamppb.New(time.Unix(rs.LocalSnapshotTimestamp, 0))
 		resp.LastSyncDuration = durationpb.New(time.Duration(rs.LastSnapshotSyncSeconds) * time.Second)

@@ -189,7 +189,9 @@ func (s *mirrorSite) promoteUntil(ctx context.Context, t *testing.T, vol string,
 		if err == nil {
 			break
 		}
-		if status.Code(err) != codes.FailedPrecondition || ctx.Err() != nil {
+		// the demotion not here yet: UNAVAILABLE while the peer's daemon reports up (else
+		// FAILED_PRECONDITION, on which csi-addons would force)
+		if code := status.Code(err); (code != codes.Unavailable && code != codes.FailedPrecondition) || ctx.Err() != nil {
 			t.Fatalf("PromoteVolume on site %s: %v", s.name, err)
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -421,8 +423,18 @@ func TestMirrorFailover(t *testing.T) {
 	lostAt := time.Now()
 	mirrorScript(t, cfg, "stop-site", "a")
 	t.Cleanup(func() { mirrorScript(t, cfg, "start-site", "a") })
-	if _, err := b.repl.PromoteVolume(ctx, &replpb.PromoteVolumeRequest{ReplicationSource: replSource(vol), Secrets: b.secrets}); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("PromoteVolume on B without force while A is primary and lost: %v, want FailedPrecondition", err)
+	// A's rbd-mirror reports up in B's pool until its watch there times out (30 s): until
+	// then a promote without force is UNAVAILABLE, then FAILED_PRECONDITION asks for the force
+	for {
+		_, err := b.repl.PromoteVolume(ctx, &replpb.PromoteVolumeRequest{ReplicationSource: replSource(vol), Secrets: b.secrets})
+		if status.Code(err) == codes.FailedPrecondition {
+			t.Logf("MEASURED site A lost to non-forced promote on B answering FailedPrecondition: %v", time.Since(lostAt).Round(time.Second))
+			break
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			t.Fatalf("PromoteVolume on B without force while A is primary and lost: %v, want Unavailable then FailedPrecondition", err)
+		}
+		time.Sleep(time.Second)
 	}
 	d = b.promoteUntil(ctx, t, vol, true, params)
 	t.Logf("MEASURED force promote: call to writable image on B %v; recovery point: last synced snapshot %v before site A was lost",

@@ -45,14 +45,14 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
 	srcCluster := sid.clusterID()
-	if cl, err := c.Clusters.Cluster(srcCluster); err == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
+	if cl, err := c.Clusters.RBDCluster(srcCluster); err == nil && sid.csi == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
 		// a mirror peer's volume on this site (volume replication): its class names this site
 		srcCluster = cl.ClusterID
 	}
 	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, srcCluster); err != nil {
 		return nil, err
 	}
-	cl, err := c.Cluster(sid.clusterID(), codes.NotFound, "source_volume_id")
+	cl, err := c.volumeCluster(sid, codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -215,7 +215,7 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if id.Member {
 		return c.deleteMember(ctx, id, req.GetSecrets())
 	}
-	cl, err := c.Cluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
+	cl, err := c.idCluster(id.ClusterID, codes.FailedPrecondition, "snapshot_id")
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +300,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 }
 
 func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64, ns string, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
-	cl, err := c.Clusters.Cluster(clusterID)
+	cl, err := c.Clusters.RBDCluster(clusterID)
 	if err != nil {
 		return nil, nil // not one of ours: nothing to list
 	}
@@ -312,7 +312,13 @@ func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64,
 		return nil, err
 	}
 	defer p.Conn.Release()
-	return snapshotsIn(ctx, p, cl.ClusterID, poolID, keep)
+	// the pool's own IDs (group snapshots) carry this cluster's ID and pool ID, also when the
+	// listing came through a mirror peer's ID (locate mapped it already, so no error here)
+	local, err := cl.RBDPoolID(poolID)
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return snapshotsIn(ctx, p, cl.ClusterID, local, keep)
 }
 
 func snapshotsIn(ctx context.Context, p radosop.Location, clusterID string, poolID int64, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
@@ -326,13 +332,22 @@ func snapshotsIn(ctx context.Context, p radosop.Location, clusterID string, pool
 		if err != nil {
 			continue
 		}
-		s, ok := snapshotFromRecord(r, volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: clusterID, PoolID: poolID, Namespace: p.Namespace, UID: src.UID}, SnapUID: r.UID})
+		s, ok := snapshotFromRecord(r, recordSnapshotID(src, r.UID))
 		if ok && (keep == nil || keep(s)) {
 			out = append(out, s)
 		}
 	}
 	members, err := groupMembersIn(ctx, p, clusterID, poolID, keep)
 	return append(out, members...), err
+}
+
+// recordSnapshotID is the ID CreateSnapshot minted for a snapshot record: the source volume's
+// ID (as the record keeps it) with the snapshot's UID. Not the listing's cluster and pool: on
+// the secondary of volume replication a snapshot of the peer's volume carries the peer's
+// cluster ID and pool ID, which resolve here only together (B's cluster ID with A's pool ID
+// would name another pool).
+func recordSnapshotID(src volid.RBDVolume, snapUID string) volid.RBDSnapshot {
+	return volid.RBDSnapshot{RBDVolume: src, SnapUID: snapUID}
 }
 
 func (c *Controller) listEverywhere(ctx context.Context, secrets map[string]string) ([]*csi.Snapshot, error) {

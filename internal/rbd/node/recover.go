@@ -83,7 +83,7 @@ func (s *Server) reattach(ctx context.Context, rec *record) error {
 	if err != nil {
 		return status.Errorf(codes.FailedPrecondition, "recovery credentials: %v", err)
 	}
-	cluster, err := s.opts.Clusters.Cluster(rec.ClusterID)
+	cluster, err := s.opts.Clusters.RBDCluster(rec.ClusterID)
 	if err != nil {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}

@@ -39,7 +39,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	defer unlock()
 	start := time.Now()
 
-	cluster, err := s.opts.Clusters.Cluster(r.image.ClusterID)
+	cluster, err := s.opts.Clusters.RBDCluster(r.image.ClusterID)
 	if err != nil {
 		// the map may be catching up with a ConfigMap change: retryable, not a bad request
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
