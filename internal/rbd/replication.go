@@ -391,9 +391,10 @@ func (r *Replication) DisableVolumeReplication(ctx context.Context, req *replpb.
 
 // PromoteVolume makes the volume's image primary on this site. A secondary whose peer is still
 // primary (or unreachable) is refused by librbd with EBUSY or EINVAL, and one whose peer's
-// demotion has not reached it yet with EROFS: each is FAILED_PRECONDITION (the CO retries), and
-// force=true promotes it anyway (a lost primary site; the old primary must be demoted and
-// resynced when it returns, see ResyncVolume).
+// demotion has not reached it yet with EROFS: promoteRefused answers UNAVAILABLE while the peer
+// is reachable (the CO retries) and FAILED_PRECONDITION when it is not; force=true promotes it
+// anyway (a lost primary site; the old primary must be demoted and resynced when it returns,
+// see ResyncVolume).
 func (r *Replication) PromoteVolume(ctx context.Context, req *replpb.PromoteVolumeRequest) (*replpb.PromoteVolumeResponse, error) {
 	rp, err := parseReplParams(req.GetParameters())
 	if err != nil {
