@@ -1,6 +1,7 @@
 package rbd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 
@@ -123,6 +124,9 @@ func ensureEncrypted(ctx context.Context, p radosop.Location, name, volumeID str
 func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, key *classKey) error {
 	var header uint64
 	err := withImage(io, name, func(img *rbd.Image) error {
+		if err := checkUnwritten(img, name); err != nil {
+			return err
+		}
 		pass := key.pass
 		if key.typ == kms.TypeMetadata {
 			dek, err := kms.NewDEK()
@@ -168,6 +172,39 @@ func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, k
 		}
 		return img.SetMetadata(kms.StateKey, kms.ImageState{Format: kms.FormatLUKS2, KMSID: key.kmsID, HeaderBytes: header, VolumeID: volumeID}.String())
 	})
+}
+
+// luksMagic starts every LUKS header (LUKS1 and LUKS2 alike).
+var luksMagic = []byte("LUKS\xba\xbe")
+
+// checkUnwritten refuses to format an image that holds data: only the volume's own LUKS header
+// (a format cut short before its state was written) may be there. The journal already refuses
+// an encrypted repeat of a plain volume; this keeps a header off any data whatever the cause.
+func checkUnwritten(img *rbd.Image, name string) error {
+	size, err := img.GetSize()
+	if err != nil {
+		return err
+	}
+	written := false
+	err = img.DiffIterate(rbd.DiffIterateConfig{SnapName: rbd.NoSnapshot, Length: size, IncludeParent: rbd.IncludeParent, WholeObject: rbd.EnableWholeObject,
+		Callback: func(uint64, uint64, int, interface{}) int {
+			written = true
+			return -1 // the first extent answers the question
+		}})
+	if err != nil && !written {
+		return err
+	}
+	if !written {
+		return nil
+	}
+	head := make([]byte, len(luksMagic))
+	if _, err := img.ReadAt(head, 0); err != nil {
+		return err
+	}
+	if bytes.Equal(head, luksMagic) {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "image %s holds data and no encryption state: formatting it would destroy the data", name)
 }
 
 // adoptEncryption makes the state a clone inherited from its source (librbd copies a parent's

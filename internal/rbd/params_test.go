@@ -205,7 +205,7 @@ func TestCompatible(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			size, err := compatible(rec, tt.req, tt.src)
+			size, err := compatible(rec, tt.req, tt.src, nil)
 			if status.Code(err) != tt.code {
 				t.Fatalf("code = %v (%v), want %v", status.Code(err), err, tt.code)
 			}
@@ -215,7 +215,7 @@ func TestCompatible(t *testing.T) {
 		})
 	}
 	broken := &journal.Record{UID: "aaaaaaaaaaaaaaaa", Name: "v", Attrs: map[string]string{attrSize: "x"}}
-	if _, err := compatible(broken, req(1, 0), source{}); status.Code(err) != codes.Internal {
+	if _, err := compatible(broken, req(1, 0), source{}, nil); status.Code(err) != codes.Internal {
 		t.Fatalf("a reservation without a valid size: %v, want INTERNAL", err)
 	}
 }
