@@ -106,6 +106,8 @@ func TestParseVolumeParams(t *testing.T) {
 		{"encrypted on rbd-nbd", with("encrypted", "true", "mounter", "rbd-nbd"), "mounter", nil},
 		{"encrypted with fallbacks", with("encrypted", "true", "tryOtherMounters", "true"), "tryOtherMounters", nil},
 		{"file encryption", with("encrypted", "true", "encryptionType", "file"), "encryptionType", nil},
+		{"file encryption of an unencrypted class", with("encrypted", "false", "encryptionType", "file"), "", nil},
+		{"file encryption without encrypted", with("encryptionType", "file"), "", nil},
 		{"encrypted garbage", with("encrypted", "yes please"), "encrypted", nil},
 		{"thick provisioning", with("thickProvision", "true"), "thickProvision", nil},
 		{"image format 1", with("imageFormat", "1"), "imageFormat", nil},
