@@ -53,3 +53,28 @@ func TestEncryptionRepeatMismatch(t *testing.T) {
 		t.Fatalf("the same request again: %v", err)
 	}
 }
+
+// TestEncryptedSmallVolume: a volume no larger than the LUKS2 header (16 MiB) is made too, at
+// the size asked for: the image is the volume plus the header.
+func TestEncryptedSmallVolume(t *testing.T) {
+	r := newRig(t)
+	const size = 8 << 20
+	v := r.mustCreate("small", size, r.params("encrypted", "true"), nil)
+	if v.GetCapacityBytes() != size {
+		t.Fatalf("capacity %d, want %d", v.GetCapacityBytes(), size)
+	}
+	if raw := r.rawSize(v); raw <= size {
+		t.Fatalf("raw image %d bytes: no room for the header of an %d-byte volume", raw, size)
+	}
+	img, err := rbd.OpenImageReadOnly(r.io, imageOf(v), rbd.NoSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	if err := img.EncryptionLoad(rbd.EncryptionOptionsLUKS2{Passphrase: []byte(passphrase)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := img.GetSize(); err != nil || n != size {
+		t.Fatalf("size through the encryption %d, %v: want %d", n, err, size)
+	}
+}

@@ -142,6 +142,11 @@ func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, k
 			}
 			pass = dek
 		}
+		// room for the header first: librbd refuses (ENOSPC) to format an image no larger
+		// than the header, so a volume of 16 MiB or less could not be made otherwise
+		if err := growTo(img, size+luks2HeaderBytes); err != nil {
+			return err
+		}
 		raw, err := img.GetSize()
 		if err != nil {
 			return err
@@ -173,6 +178,10 @@ func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, k
 		return img.SetMetadata(kms.StateKey, kms.ImageState{Format: kms.FormatLUKS2, KMSID: key.kmsID, HeaderBytes: header, VolumeID: volumeID}.String())
 	})
 }
+
+// luks2HeaderBytes is where librbd's LUKS2 format puts the data (its header and keyslots
+// area); the header actually written is measured after the format.
+const luks2HeaderBytes = 16 << 20
 
 // luksMagic starts every LUKS header (LUKS1 and LUKS2 alike).
 var luksMagic = []byte("LUKS\xba\xbe")
