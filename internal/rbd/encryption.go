@@ -76,18 +76,23 @@ func sourceEncryption(ctx context.Context, o origin, key *classKey) (*kms.ImageS
 	if o.what == "" {
 		return nil, nil
 	}
-	if o.member != nil {
-		if key != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "restoring a group snapshot member into an encrypted class is not supported yet")
-		}
-		return nil, nil
-	}
 	st, err := imageEncryption(ctx, o.loc, o.image)
-	if isNotFound(err) {
+	if isNotFound(err) && o.member == nil {
 		return nil, controller.NotFoundf("%s does not exist", o.what)
 	}
-	if err != nil {
+	if err != nil && !isNotFound(err) {
 		return nil, err
+	}
+	if o.member != nil {
+		// a member's snapshot is reached by ID (restoreMember); its image's state says
+		// whether the member is ciphertext
+		switch {
+		case key != nil:
+			return nil, status.Errorf(codes.InvalidArgument, "restoring a group snapshot member into an encrypted class is not supported yet")
+		case st != nil:
+			return nil, status.Errorf(codes.InvalidArgument, "%s is a member of an encrypted volume (KMS %q): restoring it into an unencrypted class would give its pods ciphertext", o.what, st.KMSID)
+		}
+		return nil, nil
 	}
 	switch {
 	case st == nil && key != nil:
