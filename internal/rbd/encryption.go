@@ -120,13 +120,13 @@ func ensureEncrypted(ctx context.Context, p radosop.Location, name, volumeID str
 		if st != nil {
 			return struct{}{}, adoptEncryption(io, name, volumeID, size, *st, key)
 		}
-		return struct{}{}, formatEncryption(io, name, volumeID, size, key)
+		return struct{}{}, formatEncryption(ctx, io, name, volumeID, size, key)
 	})
 	return err
 }
 
 // formatEncryption writes the LUKS2 header of a new image and its state.
-func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, key *classKey) error {
+func formatEncryption(ctx context.Context, io *rados.IOContext, name, volumeID string, size uint64, key *classKey) error {
 	var header uint64
 	err := withImage(io, name, func(img *rbd.Image) error {
 		if err := checkUnwritten(img, name); err != nil {
@@ -156,7 +156,10 @@ func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, k
 		if err != nil {
 			return err
 		}
-		if err := img.EncryptionFormat(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass}); err != nil {
+		// a KDF slot: argon2id takes up to 1 GiB and ~2 s per format
+		if err := kms.WithKDFSlot(ctx, func() error {
+			return img.EncryptionFormat(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass})
+		}); err != nil {
 			return err
 		}
 		// the handle now reads through the encryption: its size is what the header leaves
