@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
@@ -22,6 +23,14 @@ type classKey struct {
 	typ   string
 	pass  []byte
 }
+
+// String keeps the passphrase out of anything that prints a classKey (%v, %+v, a logger).
+func (k classKey) String() string {
+	return fmt.Sprintf("{kmsID:%q type:%q pass:<redacted>}", k.kmsID, k.typ)
+}
+
+// GoString is String for %#v.
+func (k classKey) GoString() string { return k.String() }
 
 // classEncryption checks an encrypted class's KMS and secret before anything is reserved;
 // nil for a class without encryption.
@@ -138,6 +147,7 @@ func formatEncryption(ctx context.Context, io *rados.IOContext, name, volumeID s
 			if err != nil {
 				return err
 			}
+			defer clear(dek) // after the format below, which is the DEK's last use
 			w, err := kms.Wrap(key.pass, volumeID, dek)
 			if err != nil {
 				return err
@@ -246,7 +256,9 @@ func adoptEncryption(io *rados.IOContext, name, volumeID string, size uint64, st
 			if err != nil {
 				return err
 			}
-			if w, err = kms.Wrap(key.pass, volumeID, dek); err != nil {
+			w, err = kms.Wrap(key.pass, volumeID, dek)
+			clear(dek)
+			if err != nil {
 				return err
 			}
 			if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {

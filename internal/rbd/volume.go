@@ -118,6 +118,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
+	if key != nil {
+		defer clear(key.pass) // a copy of the secret's; nothing reads it after this call
+	}
 	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateVolume", "rbd-volume-name:"+name)
 	if err != nil {
 		return nil, err

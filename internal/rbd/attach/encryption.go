@@ -70,6 +70,7 @@ func loadEncryption(ctx context.Context, img *rbd.Image, spec string, enc *Encry
 			}
 			return fmt.Errorf("image %s: %w", spec, err)
 		}
+		defer clear(pass) // the unwrapped DEK, once librbd has it
 	}
 	// a KDF slot: argon2id takes up to 1 GiB and ~2 s per load
 	err = kms.WithKDFSlot(ctx, func() error {
