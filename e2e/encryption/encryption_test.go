@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -291,6 +292,29 @@ func (r *rig) inObjects(v *csi.Volume, needle []byte) bool {
 	return false
 }
 
+// luksUUID reads the UUID of the image's LUKS2 header (binary header: magic at 0, uuid at 168,
+// 40 bytes), raw, without the key.
+func (r *rig) luksUUID(v *csi.Volume) []byte {
+	r.t.Helper()
+	img, err := rbd.OpenImageReadOnly(r.io, imageOf(v), rbd.NoSnapshot)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer img.Close()
+	hdr := make([]byte, 208)
+	if _, err := img.ReadAt(hdr, 0); err != nil {
+		r.t.Fatal(err)
+	}
+	if !bytes.HasPrefix(hdr, []byte("LUKS\xba\xbe")) {
+		r.t.Fatalf("image %s has no LUKS header: %q", imageOf(v), hdr[:6])
+	}
+	uuid := bytes.TrimRight(hdr[168:208], "\x00")
+	if len(uuid) == 0 {
+		r.t.Fatalf("image %s: empty LUKS UUID", imageOf(v))
+	}
+	return uuid
+}
+
 func (r *rig) rawSize(v *csi.Volume) int64 {
 	r.t.Helper()
 	img, err := rbd.OpenImageReadOnly(r.io, imageOf(v), rbd.NoSnapshot)
@@ -327,7 +351,13 @@ func TestEncryptedVolumes(t *testing.T) {
 	logs := logtest.Capture(t, 5)
 	secrets := []string{passphrase, "wrong-7Hq2Zx9Lp4Vm"}
 	t.Cleanup(func() {
-		if leaks := logtest.Leaks(logs.String(), secrets...); len(leaks) > 0 {
+		// and their base64 (a DEK or a secret printed as []byte in JSON); the unpadded form
+		// is a prefix of the padded one
+		all := append([]string(nil), secrets...)
+		for _, k := range secrets {
+			all = append(all, base64.RawStdEncoding.EncodeToString([]byte(k)), base64.RawURLEncoding.EncodeToString([]byte(k)))
+		}
+		if leaks := logtest.Leaks(logs.String(), all...); len(leaks) > 0 {
 			t.Errorf("the logs hold key material: %q", leaks)
 		}
 	})
@@ -401,6 +431,16 @@ func TestEncryptedVolumes(t *testing.T) {
 			r.unstage(s)
 			if r.inObjects(v, data[:64]) {
 				t.Fatal("the plaintext written through the pod's path is in the encrypted volume's RADOS objects")
+			}
+
+			// a repeat after data was written formats nothing: the LUKS header (its UUID) is
+			// the one the data was written under (the read-back below checks the data)
+			uuid := r.luksUUID(v)
+			if _, err := r.create("enc-"+name, size, params, nil); err != nil {
+				t.Fatalf("repeated CreateVolume after data was written: %v", err)
+			}
+			if again := r.luksUUID(v); !bytes.Equal(again, uuid) {
+				t.Fatalf("the LUKS header changed on a repeated CreateVolume: UUID %q, was %q", again, uuid)
 			}
 
 			// read back after a new stage (a new FUSE server loads the key again)

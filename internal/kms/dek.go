@@ -82,6 +82,7 @@ func keyCipher(passphrase []byte, salt string) (cipher.AEAD, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer clear(key) // the cipher keeps its own expanded key; no copy of this one lingers
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return nil, err

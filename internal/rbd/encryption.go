@@ -1,8 +1,10 @@
 package rbd
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
@@ -21,6 +23,14 @@ type classKey struct {
 	typ   string
 	pass  []byte
 }
+
+// String keeps the passphrase out of anything that prints a classKey (%v, %+v, a logger).
+func (k classKey) String() string {
+	return fmt.Sprintf("{kmsID:%q type:%q pass:<redacted>}", k.kmsID, k.typ)
+}
+
+// GoString is String for %#v.
+func (k classKey) GoString() string { return k.String() }
 
 // classEncryption checks an encrypted class's KMS and secret before anything is reserved;
 // nil for a class without encryption.
@@ -75,18 +85,23 @@ func sourceEncryption(ctx context.Context, o origin, key *classKey) (*kms.ImageS
 	if o.what == "" {
 		return nil, nil
 	}
-	if o.member != nil {
-		if key != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "restoring a group snapshot member into an encrypted class is not supported yet")
-		}
-		return nil, nil
-	}
 	st, err := imageEncryption(ctx, o.loc, o.image)
-	if isNotFound(err) {
+	if isNotFound(err) && o.member == nil {
 		return nil, controller.NotFoundf("%s does not exist", o.what)
 	}
-	if err != nil {
+	if err != nil && !isNotFound(err) {
 		return nil, err
+	}
+	if o.member != nil {
+		// a member's snapshot is reached by ID (restoreMember); its image's state says
+		// whether the member is ciphertext
+		switch {
+		case key != nil:
+			return nil, status.Errorf(codes.InvalidArgument, "restoring a group snapshot member into an encrypted class is not supported yet")
+		case st != nil:
+			return nil, status.Errorf(codes.InvalidArgument, "%s is a member of an encrypted volume (KMS %q): restoring it into an unencrypted class would give its pods ciphertext", o.what, st.KMSID)
+		}
+		return nil, nil
 	}
 	switch {
 	case st == nil && key != nil:
@@ -114,21 +129,25 @@ func ensureEncrypted(ctx context.Context, p radosop.Location, name, volumeID str
 		if st != nil {
 			return struct{}{}, adoptEncryption(io, name, volumeID, size, *st, key)
 		}
-		return struct{}{}, formatEncryption(io, name, volumeID, size, key)
+		return struct{}{}, formatEncryption(ctx, io, name, volumeID, size, key)
 	})
 	return err
 }
 
 // formatEncryption writes the LUKS2 header of a new image and its state.
-func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, key *classKey) error {
+func formatEncryption(ctx context.Context, io *rados.IOContext, name, volumeID string, size uint64, key *classKey) error {
 	var header uint64
 	err := withImage(io, name, func(img *rbd.Image) error {
+		if err := checkUnwritten(img, name); err != nil {
+			return err
+		}
 		pass := key.pass
 		if key.typ == kms.TypeMetadata {
 			dek, err := kms.NewDEK()
 			if err != nil {
 				return err
 			}
+			defer clear(dek) // after the format below, which is the DEK's last use
 			w, err := kms.Wrap(key.pass, volumeID, dek)
 			if err != nil {
 				return err
@@ -138,11 +157,19 @@ func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, k
 			}
 			pass = dek
 		}
+		// room for the header first: librbd refuses (ENOSPC) to format an image no larger
+		// than the header, so a volume of 16 MiB or less could not be made otherwise
+		if err := growTo(img, size+luks2HeaderBytes); err != nil {
+			return err
+		}
 		raw, err := img.GetSize()
 		if err != nil {
 			return err
 		}
-		if err := img.EncryptionFormat(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass}); err != nil {
+		// a KDF slot: argon2id takes up to 1 GiB and ~2 s per format
+		if err := kms.WithKDFSlot(ctx, func() error {
+			return img.EncryptionFormat(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass})
+		}); err != nil {
 			return err
 		}
 		// the handle now reads through the encryption: its size is what the header leaves
@@ -170,6 +197,43 @@ func formatEncryption(io *rados.IOContext, name, volumeID string, size uint64, k
 	})
 }
 
+// luks2HeaderBytes is where librbd's LUKS2 format puts the data (its header and keyslots
+// area); the header actually written is measured after the format.
+const luks2HeaderBytes = 16 << 20
+
+// luksMagic starts every LUKS header (LUKS1 and LUKS2 alike).
+var luksMagic = []byte("LUKS\xba\xbe")
+
+// checkUnwritten refuses to format an image that holds data: only the volume's own LUKS header
+// (a format cut short before its state was written) may be there. The journal already refuses
+// an encrypted repeat of a plain volume; this keeps a header off any data whatever the cause.
+func checkUnwritten(img *rbd.Image, name string) error {
+	size, err := img.GetSize()
+	if err != nil {
+		return err
+	}
+	written := false
+	err = img.DiffIterate(rbd.DiffIterateConfig{SnapName: rbd.NoSnapshot, Length: size, IncludeParent: rbd.IncludeParent, WholeObject: rbd.EnableWholeObject,
+		Callback: func(uint64, uint64, int, interface{}) int {
+			written = true
+			return -1 // the first extent answers the question
+		}})
+	if err != nil && !written {
+		return err
+	}
+	if !written {
+		return nil
+	}
+	head := make([]byte, len(luksMagic))
+	if _, err := img.ReadAt(head, 0); err != nil {
+		return err
+	}
+	if bytes.Equal(head, luksMagic) {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "image %s holds data and no encryption state: formatting it would destroy the data", name)
+}
+
 // adoptEncryption makes the state a clone inherited from its source (librbd copies a parent's
 // metadata to its clones) this volume's. On Pacific a clone opens with its parent's LUKS
 // passphrase (librbd's per-clone keys, rbd_encryption_load2, came with Reef), so the DEK stays
@@ -192,7 +256,9 @@ func adoptEncryption(io *rados.IOContext, name, volumeID string, size uint64, st
 			if err != nil {
 				return err
 			}
-			if w, err = kms.Wrap(key.pass, volumeID, dek); err != nil {
+			w, err = kms.Wrap(key.pass, volumeID, dek)
+			clear(dek)
+			if err != nil {
 				return err
 			}
 			if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {

@@ -126,7 +126,14 @@ func readMember(io *rados.IOContext, image string, poolID int64, uid string) (gr
 	if err != nil {
 		return groupMember{}, err
 	}
-	return groupMember{Size: int64(s.Size), Created: time.Unix(ts.Sec, ts.Nsec)}, nil
+	size := s.Size
+	// an encrypted volume's snapshot is of the image: the volume is that less its LUKS header
+	if st, err := readEncryption(img); err != nil {
+		return groupMember{}, err
+	} else if st != nil && size > st.HeaderBytes {
+		size -= st.HeaderBytes
+	}
+	return groupMember{Size: int64(size), Created: time.Unix(ts.Sec, ts.Nsec)}, nil
 }
 
 // join makes image a member of group. The caller holds the image's volume lock, and membership

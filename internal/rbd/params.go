@@ -62,9 +62,11 @@ type volumeParams struct {
 	TopologyPools []topologyPool
 	// Encrypted volumes are formatted with librbd's LUKS2 and served only by the fuse
 	// mounter; KMSID names their key's KMS ("": the default provider)
-	Encrypted  bool
-	KMSID      string
-	mounterSet bool
+	Encrypted bool
+	KMSID     string
+	// encryptionType is checked only for an encrypted class: ceph-csi ignores it otherwise
+	encryptionType string
+	mounterSet     bool
 }
 
 func parseVolumeParams(p map[string]string) (volumeParams, error) {
@@ -101,9 +103,7 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 		case paramKMSID:
 			v.KMSID = val
 		case paramEncryptionType:
-			if val != "" && val != "block" {
-				return v, classparam.InvalidParam(k, "%q: only block (librbd's LUKS encryption of the whole image); file encryption (fscrypt) is not supported", val)
-			}
+			v.encryptionType = val
 		case paramTryOtherMounters:
 			b, err := strconv.ParseBool(val)
 			if err != nil {
@@ -153,8 +153,11 @@ func parseVolumeParams(p map[string]string) (volumeParams, error) {
 // librbd, where the encryption is: krbd and rbd-nbd map the image's ciphertext.
 func (v *volumeParams) checkEncryption() error {
 	if !v.Encrypted {
-		v.KMSID = "" // ceph-csi ignores it too
+		v.KMSID = "" // ceph-csi ignores it too, and encryptionType
 		return nil
+	}
+	if v.encryptionType != "" && v.encryptionType != "block" {
+		return classparam.InvalidParam(paramEncryptionType, "%q: only block (librbd's LUKS encryption of the whole image); file encryption (fscrypt) is not supported", v.encryptionType)
 	}
 	if v.mounterSet && v.Mounter != volumecontext.MounterFuse {
 		return classparam.InvalidParam(paramMounter, "%q: encrypted volumes use librbd's own encryption, which only the %s mounter (librbd in monoceph's FUSE server) has; %s would map the ciphertext",

@@ -106,6 +106,8 @@ func TestParseVolumeParams(t *testing.T) {
 		{"encrypted on rbd-nbd", with("encrypted", "true", "mounter", "rbd-nbd"), "mounter", nil},
 		{"encrypted with fallbacks", with("encrypted", "true", "tryOtherMounters", "true"), "tryOtherMounters", nil},
 		{"file encryption", with("encrypted", "true", "encryptionType", "file"), "encryptionType", nil},
+		{"file encryption of an unencrypted class", with("encrypted", "false", "encryptionType", "file"), "", nil},
+		{"file encryption without encrypted", with("encryptionType", "file"), "", nil},
 		{"encrypted garbage", with("encrypted", "yes please"), "encrypted", nil},
 		{"thick provisioning", with("thickProvision", "true"), "thickProvision", nil},
 		{"image format 1", with("imageFormat", "1"), "imageFormat", nil},
@@ -205,7 +207,7 @@ func TestCompatible(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			size, err := compatible(rec, tt.req, tt.src)
+			size, err := compatible(rec, tt.req, tt.src, nil)
 			if status.Code(err) != tt.code {
 				t.Fatalf("code = %v (%v), want %v", status.Code(err), err, tt.code)
 			}
@@ -215,7 +217,7 @@ func TestCompatible(t *testing.T) {
 		})
 	}
 	broken := &journal.Record{UID: "aaaaaaaaaaaaaaaa", Name: "v", Attrs: map[string]string{attrSize: "x"}}
-	if _, err := compatible(broken, req(1, 0), source{}); status.Code(err) != codes.Internal {
+	if _, err := compatible(broken, req(1, 0), source{}, nil); status.Code(err) != codes.Internal {
 		t.Fatalf("a reservation without a valid size: %v, want INTERNAL", err)
 	}
 }

@@ -36,6 +36,11 @@ const (
 	// then a flattened one, not one whose creation was cut short.
 	attrState  = "state"
 	stateReady = "ready"
+	// attrEncryption is encryptionLUKS2 for an encrypted volume, with its KMS in attrKMSID;
+	// absent for a plain one (and in every record older than encryption)
+	attrEncryption  = "encryption"
+	attrKMSID       = "encryptionKMSID"
+	encryptionLUKS2 = "luks2"
 )
 
 // source is a decoded volume_content_source: IDs of either format.
@@ -113,6 +118,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
+	if key != nil {
+		defer clear(key.pass) // a copy of the secret's; nothing reads it after this call
+	}
 	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateVolume", "rbd-volume-name:"+name)
 	if err != nil {
 		return nil, err
@@ -159,12 +167,15 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if o.csi != nil {
 		attrs[attrOrigin] = o.attr(o.csi.LocationID)
 	}
+	if key != nil {
+		attrs[attrEncryption], attrs[attrKMSID] = encryptionLUKS2, key.kmsID
+	}
 	rec, created, err := journal.Reserve(ctx, dst, journal.Volume, name, attrs)
 	if err != nil {
 		return nil, err
 	}
 	if !created {
-		if size, err = compatible(rec, req, src); err != nil {
+		if size, err = compatible(rec, req, src, key); err != nil {
 			return nil, err
 		}
 	}
@@ -306,14 +317,24 @@ func joinFeatures(fs []string) string {
 }
 
 // compatible checks a repeated request against the reservation it found and returns the size
-// the volume was created with.
-func compatible(rec *journal.Record, req *csi.CreateVolumeRequest, src source) (int64, error) {
+// the volume was created with. The encryption must match too: a plain volume repeated as an
+// encrypted one would otherwise get a LUKS header over its data, and an encrypted one repeated
+// as plain (or with another KMS) would be answered with a volume context that cannot stage.
+func compatible(rec *journal.Record, req *csi.CreateVolumeRequest, src source, key *classKey) (int64, error) {
 	size, err := strconv.ParseInt(rec.Attrs[attrSize], 10, 64)
 	if err != nil {
 		return 0, status.Errorf(codes.Internal, "journal entry of %q has no valid size", rec.Name)
 	}
 	if rec.Attrs[attrSource] != src.String() {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with content source %q, not %q", rec.Name, rec.Attrs[attrSource], src.String())
+	}
+	switch enc, kmsID := rec.Attrs[attrEncryption], rec.Attrs[attrKMSID]; {
+	case key == nil && enc != "":
+		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists encrypted (KMS %q), the request is for an unencrypted one", rec.Name, kmsID)
+	case key != nil && enc == "":
+		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists unencrypted, the request is for an encrypted one (monoceph does not encrypt existing data)", rec.Name)
+	case key != nil && kmsID != key.kmsID:
+		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists encrypted with KMS %q, the request names KMS %q", rec.Name, kmsID, key.kmsID)
 	}
 	if !volcap.Fits(size, req.GetCapacityRange()) {
 		return 0, status.Errorf(codes.AlreadyExists, "volume %q exists with %d bytes, outside capacity_range [%d, %d]",

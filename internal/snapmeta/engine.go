@@ -14,6 +14,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
+	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -308,6 +309,13 @@ func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImag
 	size, err := img.size()
 	if err != nil {
 		return err
+	}
+	// the offsets would be the raw image's, LUKS header included, not the volume's
+	if enc, err := img.hasMetadata(kms.StateKey); err != nil || enc {
+		if err != nil {
+			return err
+		}
+		return status.Errorf(codes.FailedPrecondition, "changed block tracking of encrypted volumes is not supported yet: the offsets would be the image's, LUKS2 header included, not the volume's")
 	}
 	if uint64(q.StartingOffset) >= size {
 		return status.Errorf(codes.OutOfRange, "starting_offset %d is not below the volume size %d", q.StartingOffset, size)

@@ -146,6 +146,22 @@ func (s *snapImage) size() (uint64, error) {
 	return uint64(v), err
 }
 
+// hasMetadata reports whether the image has the metadata key (librbd's metadata is the image's,
+// not the snapshot's).
+func (s *snapImage) hasMetadata(key string) (bool, error) {
+	ckey := C.CString(key)
+	defer C.free(unsafe.Pointer(ckey))
+	var n C.size_t // no room for the value: ERANGE says it is there
+	switch ret := C.rbd_metadata_get(s.img, ckey, nil, &n); {
+	case ret == -C.ERANGE || ret >= 0:
+		return true, nil
+	case ret == -C.ENOENT:
+		return false, nil
+	default:
+		return false, rbdErr(ret)
+	}
+}
+
 func (s *snapImage) stripeUnit() (uint64, error) {
 	var v C.uint64_t
 	err := rbdErr(C.rbd_get_stripe_unit(s.img, &v))

@@ -1,6 +1,7 @@
 package attach
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -40,7 +41,7 @@ var ErrNoKey = errors.New("encryption key and image disagree")
 
 // loadEncryption makes img read and write plaintext with enc's key. An image without
 // kms.StateKey is plain and needs enc nil; one with it needs enc.
-func loadEncryption(img *rbd.Image, spec string, enc *Encryption) error {
+func loadEncryption(ctx context.Context, img *rbd.Image, spec string, enc *Encryption) error {
 	v, err := img.GetMetadata(kms.StateKey)
 	if ceph.Is(err, ceph.ErrNotFound) {
 		if enc != nil {
@@ -69,8 +70,12 @@ func loadEncryption(img *rbd.Image, spec string, enc *Encryption) error {
 			}
 			return fmt.Errorf("image %s: %w", spec, err)
 		}
+		defer clear(pass) // the unwrapped DEK, once librbd has it
 	}
-	err = img.EncryptionLoad(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass})
+	// a KDF slot: argon2id takes up to 1 GiB and ~2 s per load
+	err = kms.WithKDFSlot(ctx, func() error {
+		return img.EncryptionLoad(rbd.EncryptionOptionsLUKS2{Alg: rbd.EncryptionAlgorithmAES256, Passphrase: pass})
+	})
 	if isErrno(err, syscall.EPERM) {
 		return fmt.Errorf("%w: the passphrase does not open the LUKS header of image %s", ErrWrongKey, spec)
 	}

@@ -44,6 +44,8 @@ type Fuse struct {
 	pool *ceph.Pool
 	// ConnectTimeout bounds connecting to the cluster and opening the image.
 	ConnectTimeout time.Duration
+	// EncryptionTimeout is added for an encrypted image's key load (kms.WithKDFSlot)
+	EncryptionTimeout time.Duration
 
 	mu       sync.Mutex
 	sessions map[string]*session  // by FUSE directory
@@ -54,7 +56,7 @@ type Fuse struct {
 
 // NewFuse returns the FUSE + loop attacher; pool opens its Ceph connections.
 func NewFuse(x hostexec.Executor, pool *ceph.Pool) *Fuse {
-	return &Fuse{x: x, sys: SysRoot, pool: pool, ConnectTimeout: 30 * time.Second,
+	return &Fuse{x: x, sys: SysRoot, pool: pool, ConnectTimeout: 30 * time.Second, EncryptionTimeout: 2 * time.Minute,
 		sessions: map[string]*session{}, busy: map[string]chan bool{}, replicaReads: map[string]bool{}}
 }
 

@@ -176,11 +176,20 @@ type openImage struct {
 	spec string
 }
 
+// openTimeout is ConnectTimeout, and for an encrypted image EncryptionTimeout more: the key
+// load (argon2id, ~2 s alone, longer waiting for a KDF slot) is no connection.
+func (f *Fuse) openTimeout(req Request) time.Duration {
+	if req.Encryption != nil {
+		return f.ConnectTimeout + f.EncryptionTimeout
+	}
+	return f.ConnectTimeout
+}
+
 // open opens the image of req on a data connection (no OSD operation timeout: see
 // ceph.Pool.GetForData), within ctx and ConnectTimeout. An open that outlives them is closed
 // when it finishes.
 func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.ConnectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, f.openTimeout(req))
 	defer cancel()
 	conn, err := f.pool.GetForDataAt(ctx, req.MonHost, req.Cred, f.crushLocation(ctx, req))
 	if err != nil {
@@ -204,7 +213,7 @@ func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
 			io.Destroy()
 			return struct{}{}, err
 		}
-		if err := loadEncryption(img, spec, req.Encryption); err != nil {
+		if err := loadEncryption(ctx, img, spec, req.Encryption); err != nil {
 			_ = img.Close()
 			io.Destroy()
 			return struct{}{}, err
