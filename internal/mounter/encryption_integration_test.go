@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
-	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/hostexec"
 	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/rbd/attach"
@@ -28,32 +25,11 @@ import (
 // only ciphertext, and no file of the state directory holds the passphrase. A holder asked to
 // serve the encrypted image without a key refuses.
 func TestRBDEncryptedCustody(t *testing.T) {
-	cl := cephtest.Env(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	r := newImageRig(t, "mounter-enc")
+	cl, pool, name, state, work, onImage := r.cl, r.pool, r.name, r.state, r.work, r.onImage
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	pool := ceph.NewPool(ceph.PoolOptions{})
-	t.Cleanup(pool.Close)
-	conn, err := pool.Get(ctx, cl.Monitors, cl.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Release)
-	name := fmt.Sprintf("mounter-enc-%d", time.Now().UnixNano())
 	const pass = "custody passphrase"
-	onImage := func(fn func(*rados.IOContext) error) error {
-		_, err := ceph.Call(context.Background(), conn, "librbd", func(c *rados.Conn) (struct{}, error) {
-			io, err := c.OpenIOContext(cl.RBDPool)
-			if err != nil {
-				return struct{}{}, err
-			}
-			defer io.Destroy()
-			return struct{}{}, fn(io)
-		})
-		return err
-	}
 	// formatted as CreateVolume formats it (the default provider: the passphrase opens LUKS)
 	if err := onImage(func(io *rados.IOContext) error {
 		o := rbd.NewRbdImageOptions()
@@ -71,19 +47,6 @@ func TestRBDEncryptedCustody(t *testing.T) {
 		}
 		return img.SetMetadata(kms.StateKey, kms.ImageState{Format: kms.FormatLUKS2, HeaderBytes: 16 << 20, VolumeID: "v"}.String())
 	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			if onImage(func(io *rados.IOContext) error { return rbd.RemoveImage(io, name) }) == nil {
-				return
-			}
-		}
-	})
-
-	state := t.TempDir()
-	work := filepath.Join(state, "0123456789abcdef01234567")
-	if err := os.Mkdir(work, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	sock := "unix://" + filepath.Join(state, "mounter.sock")

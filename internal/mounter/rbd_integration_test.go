@@ -42,59 +42,18 @@ func rbdHolder(t *testing.T, stateDir string, pool *ceph.Pool) (*Server, func())
 // attach, the write completes, the device is the same and the data is intact; detaching
 // through the holder gives the connection up and leaves nothing.
 func TestRBDCustodyAcrossHolders(t *testing.T) {
-	cl := cephtest.Env(t)
-	if os.Geteuid() != 0 {
-		t.Skip("needs root")
-	}
+	r := newImageRig(t, "mounter-test")
+	cl, pool, name, state, work := r.cl, r.pool, r.name, r.state, r.work
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	pool := ceph.NewPool(ceph.PoolOptions{})
-	t.Cleanup(pool.Close)
-	conn, err := pool.Get(ctx, cl.Monitors, cl.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(conn.Release)
-	name := fmt.Sprintf("mounter-test-%d", time.Now().UnixNano())
-	onImage := func(fn func(*rados.IOContext) error) {
-		t.Helper()
-		if _, err := ceph.Call(context.Background(), conn, "librbd", func(c *rados.Conn) (struct{}, error) {
-			io, err := c.OpenIOContext(cl.RBDPool)
-			if err != nil {
-				return struct{}{}, err
-			}
-			defer io.Destroy()
-			return struct{}{}, fn(io)
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	onImage(func(io *rados.IOContext) error {
+	if err := r.onImage(func(io *rados.IOContext) error {
 		o := rbd.NewRbdImageOptions()
 		defer o.Destroy()
 		return rbd.CreateImage(io, name, 32<<20, o)
-	})
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-			_, err := ceph.Call(context.Background(), conn, "rm", func(c *rados.Conn) (struct{}, error) {
-				io, err := c.OpenIOContext(cl.RBDPool)
-				if err != nil {
-					return struct{}{}, err
-				}
-				defer io.Destroy()
-				return struct{}{}, rbd.RemoveImage(io, name)
-			})
-			if err == nil {
-				return
-			}
-		}
-	})
-
-	state := t.TempDir()
-	work := filepath.Join(state, "0123456789abcdef01234567")
-	if err := os.Mkdir(work, 0o700); err != nil {
+	}); err != nil {
 		t.Fatal(err)
 	}
+
 	_, stopFirst := rbdHolder(t, state, pool)
 	c, err := NewClient("unix://" + filepath.Join(state, "mounter.sock"))
 	if err != nil {
@@ -165,4 +124,58 @@ func TestRBDCustodyAcrossHolders(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join("/sys/block", filepath.Base(bt.Device), "loop/backing_file")); bytes.Contains(b, []byte(filepath.Base(work))) {
 		t.Fatalf("loop device left: %s", b)
 	}
+}
+
+// imageRig is where the RBD holder tests start: the local cluster, the pool the holders
+// connect through, an image name of the test's own (the test creates the image; it is removed
+// at the end, retried while a stopped holder's session still has it open), and a state
+// directory with one work directory.
+type imageRig struct {
+	cl          cephtest.Cluster
+	pool        *ceph.Pool
+	name        string
+	state, work string
+	// onImage runs fn on an I/O context of the cluster's RBD pool.
+	onImage func(fn func(*rados.IOContext) error) error
+}
+
+func newImageRig(t *testing.T, prefix string) *imageRig {
+	t.Helper()
+	cl := cephtest.Env(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool := ceph.NewPool(ceph.PoolOptions{})
+	t.Cleanup(pool.Close)
+	conn, err := pool.Get(ctx, cl.Monitors, cl.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(conn.Release)
+	r := &imageRig{cl: cl, pool: pool, name: fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()), state: t.TempDir()}
+	r.onImage = func(fn func(*rados.IOContext) error) error {
+		_, err := ceph.Call(context.Background(), conn, "librbd", func(c *rados.Conn) (struct{}, error) {
+			io, err := c.OpenIOContext(cl.RBDPool)
+			if err != nil {
+				return struct{}{}, err
+			}
+			defer io.Destroy()
+			return struct{}{}, fn(io)
+		})
+		return err
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			if err := r.onImage(func(io *rados.IOContext) error { return rbd.RemoveImage(io, r.name) }); err == nil || ceph.Is(err, ceph.ErrNotFound) {
+				return
+			}
+		}
+	})
+	r.work = filepath.Join(r.state, "0123456789abcdef01234567")
+	if err := os.Mkdir(r.work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
