@@ -43,13 +43,13 @@ func TestPluginKilledDuringStageUnstage(t *testing.T) {
 				}
 				n.c.kill()
 				n = r.startNode(c.typ, v1, fault...)
-				if callErr = r.unstage(n, v); callErr == nil {
+				if callErr = r.asCO(func() error { return r.unstage(n, v) }); callErr == nil {
 					t.Fatalf("unstage with the plugin dying at %s succeeded", c.point)
 				}
 			} else {
 				n.c.kill()
 				n = r.startNode(c.typ, v1, fault...)
-				if callErr = r.stage(n, v); callErr == nil {
+				if callErr = r.asCO(func() error { return r.stage(n, v) }); callErr == nil {
 					t.Fatalf("stage with the plugin dying at %s succeeded", c.point)
 				}
 			}

@@ -22,6 +22,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/e2e/localdriver"
 	"github.com/monoceph/monoceph/internal/cephtest"
@@ -461,11 +464,28 @@ func (r *rig) unstage(n *node, v *volume) error {
 // mustStagePublish stages and publishes v, retrying what a restarting plugin refuses.
 func (r *rig) mustStagePublish(n *node, v *volume) {
 	r.t.Helper()
-	if err := r.stage(n, v); err != nil {
+	if err := r.asCO(func() error { return r.stage(n, v) }); err != nil {
 		r.t.Fatalf("stage %s: %v", v.typ, err)
 	}
-	if err := r.publish(n, v); err != nil {
+	if err := r.asCO(func() error { return r.publish(n, v) }); err != nil {
 		r.t.Fatalf("publish %s: %v", v.typ, err)
+	}
+}
+
+// asCO runs call again, for up to a minute, while the plugin answers ABORTED, as the kubelet
+// does: a plugin that has just started first recovers the volumes it had (Recover holds a
+// volume's lock for that time), and a call that meets the recovery answers ABORTED without
+// doing anything (CI, 2026-11-29: an unstage that TestPluginKilledDuringStageUnstage expected
+// to kill the plugin answered "an operation (Recover) on ... is already in progress").
+func (r *rig) asCO(call func() error) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := call()
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			return err
+		}
+		r.t.Logf("%v; retrying", err)
+		time.Sleep(time.Second)
 	}
 }
 

@@ -226,7 +226,7 @@ func (r *rig) mustUnpublishUnstage(n *node, v *volume) {
 func (r *rig) unstageAsCO(n *node, v *volume) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
-		err := r.unstage(n, v)
+		err := r.asCO(func() error { return r.unstage(n, v) })
 		if err == nil || !strings.Contains(err.Error(), "still open") || time.Now().After(deadline) {
 			return err
 		}

@@ -20,7 +20,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,17 +72,6 @@ func binary(t testing.TB, v, target string) string {
 		t.Skipf("%s unset: `make bin/%s` builds it", v, target)
 	}
 	return p
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // Start runs the control plane and returns once the apiserver is ready and, with
