@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/kubetest"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephtest"
@@ -197,13 +198,10 @@ func TestServeHealthAndSIGTERM(t *testing.T) {
 	}
 }
 
+// freeAddr is a loopback address for a listener the test starts later (kubetest.FreePort says
+// why not port 0's pick).
 func freeAddr(t *testing.T) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", kubetest.FreePort(t))
 }
 
 // TestReplaceImmutableNeedsRelease: the upgrade hook deletes objects by name, so it must be told
