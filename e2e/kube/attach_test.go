@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -302,6 +303,20 @@ func (e *env) stepTwoNodes() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// a Ceph client that is not node A's announces node A in its CephFS session, and node A's
+	// record of the RBD volume's clients is made to name node B's address and the intruder's
+	// besides its own (as a root user of node A can): fencing A must cut off A alone (issue 26)
+	aSession := e.nodeSession(a)
+	in := e.startIntruder(aSession)
+	e.plantAddrs(pv, a, a.ip, b.ip, intruderIP)
+	e.t.Logf("node A's CephFS session %d (hostname %q); the intruder's %d announces the same", aSession.ID, aSession.meta("hostname"), in.session)
+	// the shared cluster's blocklist may hold entries of these addresses from earlier tests
+	out, err := e.cephCmd("ceph", "osd", "blocklist", "ls")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	blocklistBefore := map[string][]string{b.ip: blocklistOf(out, b.ip), intruderIP: blocklistOf(out, intruderIP)}
+
 	held, err := os.OpenFile(fsA.path("held"), os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		e.t.Fatal(err)
@@ -384,6 +399,8 @@ func (e *env) stepTwoNodes() {
 	if d := time.Since(tainted); d > 25*time.Second {
 		e.t.Errorf("node B's CephFS write took %v after the taint: it waited for the session timeout, not for the fence", d)
 	}
+
+	e.checkOnlyNodeFenced(a, b, aSession, in, blocklistBefore)
 
 	// the RBD volume moves to node B, with what A wrote and synced
 	mB := e.kubeletMount(readerPod, b, pv, 3*time.Minute)
@@ -471,6 +488,51 @@ func mountFusectl(e *env) {
 	e.t.Logf("mounted the FUSE control filesystem on %s (a fresh machine has none)", fusectlDir)
 }
 
+// checkOnlyNodeFenced: after node lost's fence, only its own clients are cut off. The CephFS
+// fencer found and evicted its session itself (not only the RBD fencer's blocklist of the same
+// address); the intruder announcing lost's node ID and hostname keeps its session and writes;
+// node other's and the intruder's addresses planted in lost's record are not blocklisted, and
+// the Node says it refused them.
+func (e *env) checkOnlyNodeFenced(lost, other *node, lostSession mdsSession, in *intruder, blocklistBefore map[string][]string) {
+	e.t.Helper()
+	if s := e.sessionByID(lostSession.ID); s.ID != 0 {
+		e.t.Errorf("node A's CephFS session %d is still listed after the fence: %+v", lostSession.ID, s)
+	}
+	// the CephFS fencer found node A's session itself: it fences only the addresses of the
+	// sessions it attributes to the node, and says so in its own event. (Its eviction of the
+	// session may find it gone: the MDS drops the sessions of a client the RBD fencer's
+	// blocklist of the same address cuts off, once the new OSD map reaches it.)
+	fenced := fmt.Sprintf("%s: blocklisted the node's Ceph clients [%s/32]", fsDriver, lost.ip)
+	e.waitFor(30*time.Second, "the CephFS fencer's Fenced event on node A", func() (bool, string) {
+		msgs := e.eventMessages(lost.name, "Fenced")
+		return slices.ContainsFunc(msgs, func(m string) bool { return strings.HasPrefix(m, fenced) }), fmt.Sprint(msgs)
+	})
+	client := regexp.MustCompile(fmt.Sprintf(`\bclient\W+%d\b`, lostSession.ID))
+	for _, line := range strings.Split(e.runner.logOf(release+"-cephfs-controller-", "/monoceph"), "\n") {
+		if strings.Contains(line, "Evicted MDS session of the fenced node") && client.MatchString(line) {
+			e.t.Logf("the CephFS fencer evicted node A's session: %s", line)
+		}
+	}
+	if e.sessionByID(in.session).ID == 0 {
+		e.t.Errorf("the intruder's CephFS session %d was evicted with node A's", in.session)
+	}
+	in.write(e, "after-taint")
+	out, err := e.cephCmd("ceph", "osd", "blocklist", "ls")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for ip, before := range blocklistBefore {
+		if now := blocklistOf(out, ip); !slices.Equal(now, before) {
+			e.t.Errorf("fencing node A changed the blocklist entries of %s, which is not node A's: %v, before %v", ip, now, before)
+		}
+	}
+	e.waitFor(30*time.Second, "a FenceAddressRefused event on node A naming node B's and the intruder's addresses", func() (bool, string) {
+		msgs := strings.Join(e.eventMessages(lost.name, "FenceAddressRefused"), "\n")
+		return strings.Contains(msgs, other.ip+" (") && strings.Contains(msgs, intruderIP+" ("), msgs
+	})
+	e.t.Logf("node A's events: Fenced %q; FenceAddressRefused %q", e.eventMessages(lost.name, "Fenced"), e.eventMessages(lost.name, "FenceAddressRefused"))
+}
+
 // freeze stops a process until the test ends (or thaw).
 func freeze(e *env, pid int) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -506,12 +568,16 @@ func (e *env) setTaint(name string, on bool) {
 }
 
 // eventsOfReason counts the events about an object with a reason.
-func (e *env) eventsOfReason(name, reason string) int {
+func (e *env) eventsOfReason(name, reason string) int { return len(e.eventsList(name, reason)) }
+
+// eventsList are the events of reason on the objects called name.
+func (e *env) eventsList(name, reason string) []corev1.Event {
+	e.t.Helper()
 	list, err := e.kc.CoreV1().Events("").List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return len(list.Items)
+	return list.Items
 }
 
 // cephCmdAt runs a Ceph command as a client on node n (from its address).

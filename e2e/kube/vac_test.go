@@ -74,8 +74,13 @@ func (e *env) stepVolumeAttributesClass() {
 				pvc.Status.CurrentVolumeAttributesClassName != nil && *pvc.Status.CurrentVolumeAttributesClassName == "rbd-unlimited",
 			fmt.Sprintf("status %+v, current class %v; %s", st, pvc.Status.CurrentVolumeAttributesClassName, e.eventsOf("rbd-qos"))
 	})
-	if r := rate(1000); r < fast/3 {
-		e.t.Fatalf("after the refused class rbd-bad: %.0f writes/s, was %.0f: the volume changed", r, fast)
+	// unthrottled still: far above a limit, as after the switch. (Not a fraction of that rate:
+	// unthrottled speed follows the machine's load: with builds beside it, it fell from 3874 to
+	// 1130 writes/s between two measurements a minute apart.)
+	if r := rate(1000); r < 300 {
+		e.t.Fatalf("after the refused class rbd-bad: %.0f writes/s, was %.0f: the volume is throttled", r, fast)
+	} else {
+		e.t.Logf("after the refused class rbd-bad: %.0f writes/s", r)
 	}
 
 	m.unmount()
