@@ -344,8 +344,8 @@ func TestMirrorFailover(t *testing.T) {
 		t.Fatalf("DemoteVolume of a published volume: %v, want FailedPrecondition", err)
 	}
 	// what node-1's plugin records at NodeStageVolume: its client addresses (not 127.0.0.1,
-	// where site B's rbd-mirror watches the primary image from: a node recording none would
-	// own every watcher, that one too, and never be unpublished)
+	// where site B's rbd-mirror watches the primary image from; a node recording none is
+	// TestMirrorUnpublishPeerDaemon's)
 	p, _, _, err := a.ctrl.openVolume(ctx, vol, a.secrets)
 	if err != nil {
 		t.Fatal(err)

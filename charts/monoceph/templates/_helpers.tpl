@@ -46,7 +46,21 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The cluster map: the "cluster" value first, then extraClusters. */}}
 {{- define "monoceph.clusterMap" -}}
 {{- $first := dict "clusterID" .Values.cluster.id "monitors" .Values.cluster.monitors -}}
-{{- with .Values.cluster.rbd.radosNamespace }}{{ $_ := set $first "rbd" (dict "radosNamespace" .) }}{{ end -}}
+{{- $rbd := dict -}}
+{{- with .Values.cluster.rbd.radosNamespace }}{{ $_ := set $rbd "radosNamespace" . }}{{ end -}}
+{{- with .Values.cluster.rbd.mirrorPeers }}{{ $_ := set $rbd "mirrorPeers" . }}{{ end -}}
+{{- /* what the schema cannot say, said at install time rather than by pods that refuse the map */ -}}
+{{- $ids := list .Values.cluster.id -}}
+{{- range .Values.extraClusters }}{{ $ids = append $ids .clusterID }}{{ end -}}
+{{- range $peer := .Values.cluster.rbd.mirrorPeers -}}
+{{- if has $peer.clusterID $ids }}{{ fail (printf "cluster.rbd.mirrorPeers: %q is an entry of the cluster map too: a volume ID of it would name two clusters" $peer.clusterID) }}{{ end -}}
+{{- $to := dict -}}
+{{- range $from, $pool := $peer.poolIDs -}}
+{{- if hasKey $to (toString $pool) }}{{ fail (printf "cluster.rbd.mirrorPeers %q: poolIDs %q and %q both map to pool %v: the mapping must be one-to-one" $peer.clusterID (get $to (toString $pool)) $from $pool) }}{{ end -}}
+{{- $_ := set $to (toString $pool) $from -}}
+{{- end -}}
+{{- end -}}
+{{- if $rbd }}{{ $_ := set $first "rbd" $rbd }}{{ end -}}
 {{- $fs := dict -}}
 {{- with .Values.cluster.cephFS.subvolumeGroup }}{{ $_ := set $fs "subvolumeGroup" . }}{{ end -}}
 {{- with .Values.cluster.cephFS.radosNamespace }}{{ $_ := set $fs "radosNamespace" . }}{{ end -}}
