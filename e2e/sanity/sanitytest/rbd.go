@@ -3,8 +3,13 @@ package sanitytest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/monoceph/monoceph/internal/driver"
+	"github.com/monoceph/monoceph/internal/kms"
 
 	"github.com/ceph/go-ceph/rbd"
 	"github.com/monoceph/monoceph/internal/ceph"
@@ -20,6 +25,23 @@ func RBD(t *testing.T, accessType string) {
 	runRBD(t, accessType, func(ns string) Options {
 		return Options{Parameters: map[string]string{"pool": cephtest.Env(t).RBDPool, "radosNamespace": ns, "mounter": "fuse"},
 			MutableParameters: rbdMutable}
+	})
+}
+
+// RBDEncrypted runs the suite for the RBD driver with every volume encrypted (librbd's LUKS2 in
+// the FUSE server): a class of ceph-csi's keys, encrypted with a per-volume key kept in the
+// image's metadata (the "metadata" KMS type), wrapped by the Secret's passphrase.
+func RBDEncrypted(t *testing.T, accessType string) {
+	cfg := filepath.Join(t.TempDir(), "kms.json")
+	if err := os.WriteFile(cfg, []byte(`{"meta":{"encryptionKMSType":"metadata"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secrets := cephtest.Env(t).Secrets()
+	secrets[kms.PassphraseKey] = "sanity passphrase"
+	runRBD(t, accessType, func(ns string) Options {
+		return Options{Parameters: map[string]string{"pool": cephtest.Env(t).RBDPool, "radosNamespace": ns, "mounter": "fuse",
+			"encrypted": "true", "encryptionKMSID": "meta"},
+			MutableParameters: rbdMutable, Secrets: secrets, Configure: func(c *driver.Config) { c.KMSConfig = cfg }}
 	})
 }
 

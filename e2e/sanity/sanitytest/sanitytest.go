@@ -37,6 +37,8 @@ type Options struct {
 	// Secrets, if set, replace the userID/userKey every RPC carries (e.g. ceph-csi's CephFS
 	// Secret: adminID/adminKey).
 	Secrets map[string]string
+	// Configure, if set, changes the driver's configuration (e.g. a KMS configuration).
+	Configure func(*driver.Config)
 	// Leftovers, if set, runs after the suite and reports what the run left in Ceph; anything
 	// it returns fails the test.
 	Leftovers func(t *testing.T) []string
@@ -57,7 +59,11 @@ var _ = ginkgo.ReportAfterEach(func(r ginkgo.SpecReport) {
 
 // Run starts the driver in all-in-one mode on a temporary socket and runs the sanity suite.
 func Run(t *testing.T, o Options) {
-	d := localdriver.StartNamed(t, o.Type, o.DriverName, o.ClusterMap)
+	var configure []func(*driver.Config)
+	if o.Configure != nil {
+		configure = append(configure, o.Configure)
+	}
+	d := localdriver.StartNamed(t, o.Type, o.DriverName, o.ClusterMap, configure...)
 	cl, dir := d.Cluster, d.Dir
 	if o.Secrets == nil {
 		o.Secrets = cl.Secrets()
