@@ -450,8 +450,10 @@ require (
 )
 
 // vault's own go.mod replaces its api and sdk modules with its tree (./api, ./sdk), which a
-// module depending on vault does not see, and the proxy serves no version of that tree: v1.14.2
-// is the newest 1.14 release whose tree is the published sdk v0.9.2 (from v1.14.3 on it uses
-// backported sdk symbols no published sdk has with 1.14's logical.EventSender). MVS would lift
-// sdk to v0.10.2 (1.15's EventSender), which other modules require: pinned here.
+// module depending on vault does not see, and the proxy serves no version of that tree. v1.14.2
+// is the newest 1.14 release that compiles with a published sdk, v0.9.2 (from v1.14.3 on it uses
+// backported sdk symbols no published sdk has next to 1.14's logical.EventSender; v1.14.0 and
+// v1.14.1 need sdk code newer than the pseudo-version they require). MVS would lift sdk to
+// v0.10.2 (1.15's EventSender), which other modules require: pinned here. build.sh patches one
+// check of that sdk (see there).
 replace github.com/hashicorp/vault/sdk => github.com/hashicorp/vault/sdk v0.9.2
