@@ -27,7 +27,7 @@ func TestEncryptedBadInput(t *testing.T) {
 		{"rbd-nbd", r.params("encrypted", "true", "mounter", "rbd-nbd"), nil, nil, []string{`parameters["mounter"]`, "rbd-nbd would map the ciphertext"}},
 		{"fallback mounters", r.params("encrypted", "true", "tryOtherMounters", "true"), nil, nil, []string{`parameters["tryOtherMounters"]`}},
 		{"unknown KMS", r.params("encrypted", "true", "encryptionKMSID", "nope"), nil, nil, []string{`parameters["encryptionKMSID"]`, `unknown KMS ID "nope"`, "meta, vault"}},
-		{"unsupported KMS", r.params("encrypted", "true", "encryptionKMSID", "vault"), nil, nil, []string{`"vaulttokens" is not supported yet`}},
+		{"unsupported KMS", r.params("encrypted", "true", "encryptionKMSID", "vault"), nil, nil, []string{`"vaulttenantsa" is not supported yet`}},
 		{"no passphrase", r.params("encrypted", "true"), r.d.Cluster.Secrets(), nil, []string{"encryptionPassphrase"}},
 		{"no passphrase, metadata", r.params("encrypted", "true", "encryptionKMSID", "meta"), r.d.Cluster.Secrets(), nil, []string{"encryptionPassphrase"}},
 		{"file encryption", r.params("encrypted", "true", "encryptionType", "file"), nil, nil, []string{"fscrypt"}},

@@ -37,7 +37,7 @@ const (
 	size       = 64 * mib
 	passphrase = "correct horse battery staple"
 	// kmsConfig has one usable entry and one monoceph refuses by name
-	kmsConfig = `{"meta":{"encryptionKMSType":"metadata"},"vault":"{\"encryptionKMSType\":\"vaulttokens\",\"vaultAddress\":\"http://vault:8200\"}"}`
+	kmsConfig = `{"meta":{"encryptionKMSType":"metadata"},"vault":"{\"encryptionKMSType\":\"vaulttenantsa\",\"vaultAddress\":\"http://vault:8200\"}"}`
 )
 
 var mountCap = &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},

@@ -51,6 +51,8 @@ type Entry struct {
 	// option); it is kept so that a configuration shared with ceph-csi still loads, and a
 	// class naming the entry is refused with the reason.
 	why string
+	// vault is the connection of a Vault entry (TypeVaultTokens, TypeVaultTransit)
+	vault *vaultConf
 }
 
 // Config is the KMS configuration: entries by KMS ID. The zero value has none (only the
@@ -138,8 +140,13 @@ func entry(id string, s map[string]any) (Entry, error) {
 		} else if _, ok := s[secretNamespaceKey]; ok {
 			e.why = secretNamespaceKey + " is not supported yet"
 		}
+	case TypeVaultTokens, TypeVaultTransit:
+		// an entry in another shape (ceph-csi's ConfigMap form has VAULT_ADDR...) still loads
+		if err := vaultEntry(&e, s); err != nil {
+			e.why = err.Error()
+		}
 	default:
-		e.why = fmt.Sprintf("provider %q is not supported yet (monoceph has %q and the default)", e.Type, TypeMetadata)
+		e.why = fmt.Sprintf("provider %q is not supported yet (monoceph has %q, %q, %q and the default)", e.Type, TypeMetadata, TypeVaultTokens, TypeVaultTransit)
 	}
 	return e, nil
 }

@@ -47,7 +47,15 @@ func TestProvider(t *testing.T) {
 	c, err := Parse([]byte(`{
 		"meta": {"encryptionKMSType": "metadata"},
 		"own-secret": {"encryptionKMSType": "metadata", "secretName": "kek", "secretNamespace": "ns"},
-		"vault": {"encryptionKMSType": "vaulttokens"}}`))
+		"vault": {"encryptionKMSType": "vault", "vaultAddress": "http://v:8200"},
+		"kv": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://v:8200"},
+		"transit": {"encryptionKMSType": "vaulttransit", "vaultAddress": "https://v:8200", "vaultTransitKey": "k"},
+		"kv1": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://v:8200", "vaultBackend": "kv"},
+		"ca": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://v:8200", "vaultCAFromSecret": "vault-ca"},
+		"no-address": {"KMS_PROVIDER": "vaulttokens", "VAULT_ADDR": "http://v:8200"},
+		"not-url": {"encryptionKMSType": "vaulttokens", "vaultAddress": "v:8200"},
+		"no-transit-key": {"encryptionKMSType": "vaulttransit", "vaultAddress": "http://v"},
+		"bad-bool": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://v", "vaultCAVerify": "maybe"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,9 +67,17 @@ func TestProvider(t *testing.T) {
 		{"", TypeDefault, nil, ""},
 		{"default", TypeDefault, nil, ""},
 		{"meta", TypeMetadata, nil, ""},
-		{"nope", "", ErrUnknownKMS, "configured: meta, own-secret, vault"},
+		{"nope", "", ErrUnknownKMS, "configured: bad-bool, ca, kv, kv1, meta, no-address, no-transit-key, not-url, own-secret, transit, vault"},
 		{"own-secret", "", ErrUnsupported, "secretName"},
-		{"vault", "", ErrUnsupported, `"vaulttokens" is not supported yet`},
+		{"vault", "", ErrUnsupported, `"vault" is not supported yet`},
+		{"kv", TypeVaultTokens, nil, ""},
+		{"transit", TypeVaultTransit, nil, ""},
+		{"kv1", "", ErrUnsupported, `vaultBackend "kv" is not supported`},
+		{"ca", "", ErrUnsupported, "vaultCAFromSecret is not supported yet"},
+		{"no-address", "", ErrUnsupported, "vaultAddress is missing"},
+		{"not-url", "", ErrUnsupported, "want http(s)://"},
+		{"no-transit-key", "", ErrUnsupported, "vaultTransitKey"},
+		{"bad-bool", "", ErrUnsupported, "vaultCAVerify"},
 	} {
 		t.Run(tt.id, func(t *testing.T) {
 			got, err := c.Provider(tt.id)
@@ -142,6 +158,47 @@ func TestWrapUnwrap(t *testing.T) {
 			}
 			if err == nil || (tt.err != nil && !errors.Is(err, tt.err)) || !strings.Contains(err.Error(), tt.errText) {
 				t.Fatalf("err = %v, want %v %q", err, tt.err, tt.errText)
+			}
+		})
+	}
+}
+
+func TestVaultToken(t *testing.T) {
+	c, err := Parse([]byte(`{"kv": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://127.0.0.1:1", "vaultBackendPath": "/kv/"},
+		"meta": {"encryptionKMSType": "metadata"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("VAULT_TOKEN", "from-the-environment")
+	t.Setenv("VAULT_ADDR", "http://192.0.2.1:8200")
+	t.Setenv("VAULT_NAMESPACE", "from-the-environment")
+	for _, tt := range []struct {
+		name, id string
+		secrets  map[string]string
+		err      error
+		nilVault bool
+	}{
+		{"token from the secrets", "kv", map[string]string{VaultTokenKey: "s.tok"}, nil, false},
+		{"no token (the environment's is not taken)", "kv", map[string]string{"userID": "u"}, ErrMissingToken, true},
+		{"not a Vault provider", "meta", nil, nil, true},
+		{"unknown", "nope", nil, ErrUnknownKMS, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := c.Vault(tt.id, tt.secrets)
+			if !errors.Is(err, tt.err) || (v == nil) != tt.nilVault {
+				t.Fatalf("Vault = %v, %v; want nil %v, err %v", v, err, tt.nilVault, tt.err)
+			}
+			if v == nil {
+				return
+			}
+			if got := v.client.Token(); got != tt.secrets[VaultTokenKey] {
+				t.Fatalf("token %q, want the secret's", got)
+			}
+			if ns := v.client.Namespace(); ns != "" {
+				t.Fatalf("namespace %q: want none (the configuration has none)", ns)
+			}
+			if got := v.client.Address(); got != "http://127.0.0.1:1" || v.conf.path != "kv" {
+				t.Fatalf("address %q path %q: want the configuration's, not the environment's", got, v.conf.path)
 			}
 		})
 	}

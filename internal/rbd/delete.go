@@ -11,6 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
@@ -80,6 +81,12 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		return nil, err
 	}
 	faultpoint.Hit("rbd.DeleteVolume.image")
+	// before the journal record goes: a retry finds the record, so the KMS ID, again
+	if rec != nil {
+		if err := c.removeDEK(ctx, p, name, raw, rec.Attrs[attrKMSID], req.GetSecrets()); err != nil {
+			return nil, err
+		}
+	}
 	// publications and node addresses of a volume the CO deleted without unpublishing
 	if err := attachment.Remove(ctx, p, id.UID); err != nil {
 		return nil, err
@@ -334,4 +341,29 @@ func trashedParent(io *rados.IOContext, id string) (*trashedImage, error) {
 		return nil, err
 	}
 	return parentImage(p), nil
+}
+
+// removeDEK deletes the DEK a Vault KV provider keeps for the volume, once its image is gone:
+// an image kept hidden for its snapshots still needs it (a restore copies it). A DEK already
+// gone is no error.
+func (c *Controller) removeDEK(ctx context.Context, p radosop.Location, name, volumeID, kmsID string, secrets map[string]string) error {
+	if kmsID == "" {
+		return nil
+	}
+	if typ, err := c.opts.KMS.Provider(kmsID); err != nil || typ != kms.TypeVaultTokens {
+		// an entry gone from the configuration cannot be reached: its keys stay (the
+		// operator's to remove), the volume still goes
+		return nil
+	}
+	if _, err := imageEncryption(ctx, p, name); !isNotFound(err) {
+		return err // kept (nil), or not known to be gone
+	}
+	v, err := c.opts.KMS.Vault(kmsID, secrets)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "the volume's DEK is in KMS %q, and the provisioner secret: %v", kmsID, err)
+	}
+	if err := v.Remove(ctx, volumeID); err != nil {
+		return kmsStatus(kmsID, err)
+	}
+	return nil
 }

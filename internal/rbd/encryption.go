@@ -17,11 +17,13 @@ import (
 )
 
 // classKey is the key material of an encrypted class for one CreateVolume: the provider of its
-// encryptionKMSID and the provisioner secret's encryptionPassphrase. Never logged or stored.
+// encryptionKMSID and the provisioner secret's encryptionPassphrase, or the Vault the provider
+// keeps the DEK in (with the secret's token). Never logged or stored.
 type classKey struct {
 	kmsID string
 	typ   string
 	pass  []byte
+	vault *kms.Vault
 }
 
 // String keeps the passphrase out of anything that prints a classKey (%v, %+v, a logger).
@@ -33,8 +35,10 @@ func (k classKey) String() string {
 func (k classKey) GoString() string { return k.String() }
 
 // classEncryption checks an encrypted class's KMS and secret before anything is reserved;
-// nil for a class without encryption.
-func (c *Controller) classEncryption(params volumeParams, secrets map[string]string) (*classKey, error) {
+// nil for a class without encryption. A Vault provider is asked here whether it is unsealed and
+// takes the secret's token: a KMS that cannot keep the DEK fails the call before any image,
+// journal record or reservation exists.
+func (c *Controller) classEncryption(ctx context.Context, params volumeParams, secrets map[string]string) (*classKey, error) {
 	if !params.Encrypted {
 		return nil, nil
 	}
@@ -42,11 +46,34 @@ func (c *Controller) classEncryption(params volumeParams, secrets map[string]str
 	if err != nil {
 		return nil, classparam.InvalidParam(paramKMSID, "%v", err)
 	}
+	if typ == kms.TypeVaultTokens || typ == kms.TypeVaultTransit {
+		v, err := c.opts.KMS.Vault(params.KMSID, secrets)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "the class is encrypted with KMS %q and its provisioner secret: %v", params.KMSID, err)
+		}
+		if err := v.Check(ctx); err != nil {
+			return nil, kmsStatus(params.KMSID, err)
+		}
+		return &classKey{kmsID: params.KMSID, typ: typ, vault: v}, nil
+	}
 	pass, err := kms.Passphrase(secrets)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "the class is encrypted (parameters[%q]) and its provisioner secret has no %s: %v", paramEncrypted, kms.PassphraseKey, err)
 	}
 	return &classKey{kmsID: params.KMSID, typ: typ, pass: pass}, nil
+}
+
+// kmsStatus is the gRPC status of a KMS error: UNAVAILABLE for a KMS that is down or sealed
+// (the CO retries), PERMISSION_DENIED for a token it refuses, INTERNAL otherwise (a volume
+// whose DEK is missing has lost its key: no retry brings it back).
+func kmsStatus(kmsID string, err error) error {
+	switch {
+	case errors.Is(err, kms.ErrUnavailable):
+		return status.Errorf(codes.Unavailable, "KMS %q: %v", kmsID, err)
+	case errors.Is(err, kms.ErrDenied):
+		return status.Errorf(codes.PermissionDenied, "KMS %q (the token of the class's secrets): %v", kmsID, err)
+	}
+	return status.Errorf(codes.Internal, "KMS %q: %v", kmsID, err)
 }
 
 // readEncryption returns the encryption state of an image (kms.StateKey), nil for a plain one.
@@ -127,7 +154,7 @@ func ensureEncrypted(ctx context.Context, p radosop.Location, name, volumeID str
 	}
 	_, err = radosop.With(ctx, p, "encrypt "+name, func(io *rados.IOContext) (struct{}, error) {
 		if st != nil {
-			return struct{}{}, adoptEncryption(io, name, volumeID, size, *st, key)
+			return struct{}{}, adoptEncryption(ctx, io, name, volumeID, size, *st, key)
 		}
 		return struct{}{}, formatEncryption(ctx, io, name, volumeID, size, key)
 	})
@@ -142,18 +169,27 @@ func formatEncryption(ctx context.Context, io *rados.IOContext, name, volumeID s
 			return err
 		}
 		pass := key.pass
-		if key.typ == kms.TypeMetadata {
+		if key.typ != kms.TypeDefault {
 			dek, err := kms.NewDEK()
 			if err != nil {
 				return err
 			}
 			defer clear(dek) // after the format below, which is the DEK's last use
-			w, err := kms.Wrap(key.pass, volumeID, dek)
-			if err != nil {
+			// the DEK is kept (in the KMS, or wrapped in the metadata) before the header is
+			// written with it: a format without its key would be a volume nobody can open
+			var w string
+			if key.vault != nil {
+				w, err = key.vault.Seal(ctx, volumeID, dek)
+				if err != nil {
+					return kmsStatus(key.kmsID, err)
+				}
+			} else if w, err = kms.Wrap(key.pass, volumeID, dek); err != nil {
 				return err
 			}
-			if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {
-				return err
+			if w != "" {
+				if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {
+					return err
+				}
 			}
 			pass = dek
 		}
@@ -238,8 +274,26 @@ func checkUnwritten(img *rbd.Image, name string) error {
 // metadata to its clones) this volume's. On Pacific a clone opens with its parent's LUKS
 // passphrase (librbd's per-clone keys, rbd_encryption_load2, came with Reef), so the DEK stays
 // the source's, wrapped again for this volume.
-func adoptEncryption(io *rados.IOContext, name, volumeID string, size uint64, st kms.ImageState, key *classKey) error {
+func adoptEncryption(ctx context.Context, io *rados.IOContext, name, volumeID string, size uint64, st kms.ImageState, key *classKey) error {
 	return withImage(io, name, func(img *rbd.Image) error {
+		if key.typ == kms.TypeVaultTokens {
+			// KV keys DEKs by volume ID: the clone gets a copy under its own, so that either
+			// volume's delete leaves the other's key
+			dek, err := key.vault.Open(ctx, st.VolumeID, "")
+			if errors.Is(err, kms.ErrNoDEK) {
+				// copied already, by a call killed before the state (or the source is gone)
+				dek, err = key.vault.Open(ctx, volumeID, "")
+			}
+			if err != nil {
+				return kmsStatus(key.kmsID, err)
+			}
+			_, err = key.vault.Seal(ctx, volumeID, dek)
+			clear(dek)
+			if err != nil {
+				return kmsStatus(key.kmsID, err)
+			}
+		}
+		// a transit ciphertext is bound to no volume: the inherited metadata opens as it is
 		if key.typ == kms.TypeMetadata {
 			w, err := img.GetMetadata(kms.MetadataDEKKey)
 			if err != nil {

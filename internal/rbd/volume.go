@@ -114,7 +114,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if !params.nsSet {
 		params.Namespace = cl.RBD.RadosNamespace
 	}
-	key, err := c.classEncryption(params, req.GetSecrets())
+	key, err := c.classEncryption(ctx, params, req.GetSecrets())
 	if err != nil {
 		return nil, err
 	}

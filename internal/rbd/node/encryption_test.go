@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -11,7 +12,8 @@ import (
 )
 
 func TestStageEncryption(t *testing.T) {
-	cfg, err := kms.Parse([]byte(`{"meta":{"encryptionKMSType":"metadata"},"v":{"encryptionKMSType":"vault"}}`))
+	cfg, err := kms.Parse([]byte(`{"meta":{"encryptionKMSType":"metadata"},"v":{"encryptionKMSType":"vault"},
+		"kv":{"encryptionKMSType":"vaulttokens","vaultAddress":"http://127.0.0.1:1"}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +32,13 @@ func TestStageEncryption(t *testing.T) {
 		{"unknown KMS", cfg, "gone", withPass, false, `volume_context["encryptionKMSID"]: unknown KMS ID "gone"`},
 		{"KMS the node lacks", nil, "meta", withPass, false, "configured: none"},
 		{"unsupported KMS", cfg, "v", withPass, false, `"vault" is not supported yet`},
+		{"Vault without a token", cfg, "kv", withPass, false, `KMS "kv": missing token`},
 		{"no passphrase", cfg, "meta", map[string]string{"userID": "u", "userKey": "k"}, false, "missing encryptionPassphrase"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &Server{opts: Options{KMS: tt.kms}}
 			r := stageRequest{volumeID: "rv1:c:1::u", image: volumecontext.Image{Encrypted: true, Librbd: true, KMSID: tt.kmsID}}
-			enc, err := s.encryption(r, tt.secrets)
+			enc, err := s.encryption(context.Background(), r, "", tt.secrets)
 			if tt.errText != "" {
 				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.errText) {
 					t.Fatalf("err = %v, want INVALID_ARGUMENT saying %q", err, tt.errText)

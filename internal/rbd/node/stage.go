@@ -49,7 +49,7 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 			r.volumeID, volumecontext.Encrypted, volumecontext.EncryptionEngine)
 	}
 	if r.image.Librbd {
-		if r.enc, err = s.encryption(r, req.GetSecrets()); err != nil {
+		if r.enc, err = s.encryption(ctx, r, cluster.MonHost(), req.GetSecrets()); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,360 @@
+package kms
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	vault "github.com/hashicorp/vault/api"
+)
+
+// Vault providers (ceph-csi's configuration keys).
+const (
+	// TypeVaultTokens keeps each volume's random DEK in a Vault KV v2 secret named by the volume
+	// ID ({"passphrase": DEK}, ceph-csi's layout), read with the token of the class's secrets.
+	TypeVaultTokens = "vaulttokens"
+	// TypeVaultTransit keeps each volume's random DEK in the image's metadata (MetadataDEKKey),
+	// encrypted by a Vault transit key: the DEK never rests in Vault, and without Vault (and
+	// the token) the metadata does not open.
+	TypeVaultTransit = "vaulttransit"
+
+	// VaultTokenKey is the key of the Vault token in the class's provisioner and node-stage
+	// secrets (the key of ceph-csi's tenant token Secret).
+	VaultTokenKey = "token"
+)
+
+// Options of a Vault entry.
+const (
+	vaultAddressKey     = "vaultAddress"
+	vaultBackendKey     = "vaultBackend"
+	vaultBackendPathKey = "vaultBackendPath"
+	vaultNamespaceKey   = "vaultNamespace"
+	vaultCAVerifyKey    = "vaultCAVerify"
+	vaultTLSNameKey     = "vaultTLSServerName"
+	vaultDestroyKeysKey = "vaultDestroyKeys"
+	vaultTransitKeyKey  = "vaultTransitKey"
+)
+
+// VaultTimeout bounds every Vault call: a KMS that does not answer must not hold a CreateVolume
+// (or a NodeStageVolume) for the CO's whole deadline.
+var VaultTimeout = 10 * time.Second
+
+// Errors of a Vault provider.
+var (
+	// ErrUnavailable: the KMS is unreachable, sealed or overloaded (UNAVAILABLE: retry).
+	ErrUnavailable = errors.New("KMS unavailable")
+	// ErrDenied: the KMS refused the token of the secrets.
+	ErrDenied = errors.New("KMS refused the token")
+	// ErrMissingToken: the secrets have no Vault token.
+	ErrMissingToken = errors.New("missing " + VaultTokenKey + " (the Vault token) in the secrets")
+	// ErrNoDEK: the KMS has no key for the volume.
+	ErrNoDEK = errors.New("the KMS has no key for the volume")
+)
+
+// vaultConf is a Vault entry's connection and where its keys are.
+type vaultConf struct {
+	address string
+	// path is the KV v2 mount (vaulttokens) or the transit mount (vaulttransit), no slashes
+	// around it
+	path      string
+	namespace string
+	// transitKey names the transit key (vaulttransit)
+	transitKey    string
+	skipVerify    bool
+	tlsServerName string
+	// destroy removes every version of a deleted volume's DEK (KV metadata); false only marks
+	// the latest version deleted
+	destroy bool
+}
+
+// vaultEntry parses a Vault entry's options; why is set for options monoceph cannot honour.
+func vaultEntry(e *Entry, s map[string]any) error {
+	str := func(k, def string) (string, error) {
+		v, ok := s[k]
+		if !ok {
+			return def, nil
+		}
+		out, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("%s: want a string", k)
+		}
+		return out, nil
+	}
+	boolean := func(k string, def bool) (bool, error) {
+		v, err := str(k, strconv.FormatBool(def))
+		if err != nil {
+			return false, err
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", k, err)
+		}
+		return b, nil
+	}
+	c := &vaultConf{}
+	var err error
+	if c.address, err = str(vaultAddressKey, ""); err != nil {
+		return err
+	}
+	if c.address == "" {
+		return fmt.Errorf("%s is missing", vaultAddressKey)
+	}
+	if u, err := url.Parse(c.address); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s %q: want http(s)://host[:port]", vaultAddressKey, c.address)
+	}
+	defPath := "secret"
+	if e.Type == TypeVaultTransit {
+		defPath = "transit"
+	}
+	if c.path, err = str(vaultBackendPathKey, defPath); err != nil {
+		return err
+	}
+	c.path = strings.Trim(c.path, "/")
+	if c.namespace, err = str(vaultNamespaceKey, ""); err != nil {
+		return err
+	}
+	if c.tlsServerName, err = str(vaultTLSNameKey, ""); err != nil {
+		return err
+	}
+	verify, err := boolean(vaultCAVerifyKey, true)
+	if err != nil {
+		return err
+	}
+	c.skipVerify = !verify
+	if c.destroy, err = boolean(vaultDestroyKeysKey, true); err != nil {
+		return err
+	}
+	switch e.Type {
+	case TypeVaultTokens:
+		backend, err := str(vaultBackendKey, "kv-v2")
+		if err != nil {
+			return err
+		}
+		if backend != "kv-v2" {
+			e.why = fmt.Sprintf("%s %q is not supported (monoceph keeps DEKs in KV version 2: \"kv-v2\")", vaultBackendKey, backend)
+		}
+	case TypeVaultTransit:
+		if c.transitKey, err = str(vaultTransitKeyKey, ""); err != nil {
+			return err
+		}
+		if c.transitKey == "" {
+			return fmt.Errorf("%s (the name of the transit key) is missing", vaultTransitKeyKey)
+		}
+	}
+	// options that read Kubernetes objects of their own (ceph-csi reads them through the API)
+	for _, k := range []string{"vaultCAFromSecret", "vaultClientCertFromSecret", "vaultClientCertKeyFromSecret", "tenants"} {
+		if _, ok := s[k]; ok && e.why == "" {
+			e.why = k + " is not supported yet (the token comes from the class's secrets, key " + VaultTokenKey + ")"
+		}
+	}
+	e.vault = c
+	return nil
+}
+
+// Vault is a connection to a Vault provider with one token. Safe for concurrent use.
+type Vault struct {
+	typ    string
+	conf   *vaultConf
+	client *vault.Client
+}
+
+// Vault returns the Vault of kmsID, with the token of secrets (ErrMissingToken without one);
+// nil, nil for a provider that is not a Vault one. It makes no call: Check does.
+func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) {
+	typ, err := c.Provider(kmsID)
+	if err != nil {
+		return nil, err
+	}
+	if typ != TypeVaultTokens && typ != TypeVaultTransit {
+		return nil, nil
+	}
+	token := secrets[VaultTokenKey]
+	if token == "" {
+		return nil, ErrMissingToken
+	}
+	conf := c.entries[kmsID].vault
+	// not vault.DefaultConfig: it reads VAULT_* from the environment, and no setting (least of
+	// all a token) may come from there
+	cfg := &vault.Config{Address: conf.address, HttpClient: cleanClient(conf), Timeout: VaultTimeout,
+		// no retries: a sealed or unreachable Vault is UNAVAILABLE at once, the CO retries
+		MaxRetries: 0}
+	client, err := vault.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("KMS %q: %w", kmsID, err)
+	}
+	// NewClient takes VAULT_TOKEN, VAULT_NAMESPACE and VAULT_HEADERS from the environment:
+	// each is replaced by the configuration's (or nothing)
+	client.SetToken(token)
+	h := http.Header{}
+	h.Set(vault.RequestHeaderName, "true") // what NewClient sets itself (SSRF protection)
+	client.SetHeaders(h)                   // also drops a VAULT_NAMESPACE header
+	if conf.namespace != "" {
+		client.SetNamespace(conf.namespace)
+	}
+	return &Vault{typ: typ, conf: conf, client: client}, nil
+}
+
+// cleanClient is an HTTP client of its own (no proxy from the environment, no shared pool).
+func cleanClient(conf *vaultConf) *http.Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: VaultTimeout}).DialContext,
+		TLSHandshakeTimeout: VaultTimeout,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, ServerName: conf.tlsServerName,
+			InsecureSkipVerify: conf.skipVerify}, //nolint:gosec // the operator's vaultCAVerify: "false"
+	}
+	return &http.Client{Transport: tr, Timeout: VaultTimeout}
+}
+
+// Type is the provider type (TypeVaultTokens or TypeVaultTransit).
+func (v *Vault) Type() string { return v.typ }
+
+// call runs fn with a context bounded by VaultTimeout and classifies its error.
+func call[T any](ctx context.Context, what string, fn func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, VaultTimeout)
+	defer cancel()
+	out, err := fn(ctx)
+	if err != nil {
+		return out, classify(what, err)
+	}
+	return out, nil
+}
+
+// classify wraps err with ErrUnavailable (retry later) or ErrDenied (fix the token); the text
+// keeps Vault's own reason (never the token: the client does not put it in errors).
+func classify(what string, err error) error {
+	var re *vault.ResponseError
+	if errors.As(err, &re) {
+		switch {
+		case re.StatusCode == http.StatusForbidden || re.StatusCode == http.StatusUnauthorized:
+			return fmt.Errorf("%w: Vault %s: %v", ErrDenied, what, strings.Join(re.Errors, "; "))
+		case re.StatusCode == http.StatusTooManyRequests || re.StatusCode >= 500:
+			return fmt.Errorf("%w: Vault %s: HTTP %d: %v", ErrUnavailable, what, re.StatusCode, strings.Join(re.Errors, "; "))
+		}
+		return fmt.Errorf("vault %s: HTTP %d: %v", what, re.StatusCode, strings.Join(re.Errors, "; "))
+	}
+	var ne net.Error
+	var ue *url.Error
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.As(err, &ue) {
+		return fmt.Errorf("%w: Vault %s: %v", ErrUnavailable, what, err)
+	}
+	return fmt.Errorf("vault %s: %w", what, err)
+}
+
+// Check asks Vault whether it is unsealed and takes the token, before a caller writes anything
+// that would need Vault next.
+func (v *Vault) Check(ctx context.Context) error {
+	h, err := call(ctx, "health", func(ctx context.Context) (*vault.HealthResponse, error) {
+		return v.client.Sys().HealthWithContext(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	if !h.Initialized || h.Sealed {
+		return fmt.Errorf("%w: Vault at %s is sealed or not initialised", ErrUnavailable, v.conf.address)
+	}
+	_, err = call(ctx, "token lookup", func(ctx context.Context) (*vault.Secret, error) {
+		return v.client.Auth().Token().LookupSelfWithContext(ctx)
+	})
+	return err
+}
+
+// dekField is the field of a KV secret that holds the DEK (ceph-csi's).
+const dekField = "passphrase"
+
+// Seal puts dek in the KMS for volumeID: with KV it stores it there and returns "", with transit
+// it returns the ciphertext, for the image's metadata (MetadataDEKKey).
+func (v *Vault) Seal(ctx context.Context, volumeID string, dek []byte) (string, error) {
+	if v.typ == TypeVaultTransit {
+		s, err := call(ctx, "transit encrypt", func(ctx context.Context) (*vault.Secret, error) {
+			return v.client.Logical().WriteWithContext(ctx, v.conf.path+"/encrypt/"+v.conf.transitKey,
+				map[string]any{"plaintext": base64.StdEncoding.EncodeToString(dek)})
+		})
+		if err != nil {
+			return "", err
+		}
+		ct, _ := dataString(s, "ciphertext")
+		if ct == "" {
+			return "", errors.New("vault transit encrypt: no ciphertext in the answer")
+		}
+		return ct, nil
+	}
+	_, err := call(ctx, "store the DEK", func(ctx context.Context) (*vault.KVSecret, error) {
+		return v.client.KVv2(v.conf.path).Put(ctx, volumeID, map[string]any{dekField: string(dek)})
+	})
+	return "", err
+}
+
+// Open returns the DEK of volumeID: with KV from Vault, with transit by decrypting sealed (the
+// value Seal returned). A KV volume without a DEK is ErrNoDEK.
+func (v *Vault) Open(ctx context.Context, volumeID, sealed string) ([]byte, error) {
+	if v.typ == TypeVaultTransit {
+		s, err := call(ctx, "transit decrypt", func(ctx context.Context) (*vault.Secret, error) {
+			return v.client.Logical().WriteWithContext(ctx, v.conf.path+"/decrypt/"+v.conf.transitKey,
+				map[string]any{"ciphertext": sealed})
+		})
+		if err != nil {
+			return nil, err
+		}
+		pt, _ := dataString(s, "plaintext")
+		dek, err := base64.StdEncoding.DecodeString(pt)
+		if err != nil || len(dek) == 0 {
+			return nil, errors.New("vault transit decrypt: no plaintext in the answer")
+		}
+		return dek, nil
+	}
+	s, err := call(ctx, "read the DEK", func(ctx context.Context) (*vault.KVSecret, error) {
+		return v.client.KVv2(v.conf.path).Get(ctx, volumeID)
+	})
+	if errors.Is(err, vault.ErrSecretNotFound) {
+		return nil, fmt.Errorf("%w: Vault has no secret %s/%s", ErrNoDEK, v.conf.path, volumeID)
+	}
+	if err != nil {
+		return nil, err
+	}
+	dek, _ := s.Data[dekField].(string)
+	if dek == "" {
+		return nil, fmt.Errorf("%w: Vault secret %s/%s has no %s", ErrNoDEK, v.conf.path, volumeID, dekField)
+	}
+	return []byte(dek), nil
+}
+
+// Remove deletes the DEK of volumeID from KV (a no-op with transit, whose DEK lives and goes
+// with the image). A DEK already gone is no error.
+func (v *Vault) Remove(ctx context.Context, volumeID string) error {
+	if v.typ != TypeVaultTokens {
+		return nil
+	}
+	_, err := call(ctx, "delete the DEK", func(ctx context.Context) (struct{}, error) {
+		kv := v.client.KVv2(v.conf.path)
+		var err error
+		if v.conf.destroy {
+			err = kv.DeleteMetadata(ctx, volumeID)
+		} else {
+			err = kv.Delete(ctx, volumeID)
+		}
+		var re *vault.ResponseError
+		if errors.As(err, &re) && re.StatusCode == http.StatusNotFound {
+			err = nil
+		}
+		return struct{}{}, err
+	})
+	return err
+}
+
+func dataString(s *vault.Secret, k string) (string, bool) {
+	if s == nil || s.Data == nil {
+		return "", false
+	}
+	v, ok := s.Data[k].(string)
+	return v, ok
+}
