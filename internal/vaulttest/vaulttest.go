@@ -1,7 +1,7 @@
 // Package vaulttest runs a real HashiCorp Vault (`vault server -dev`, built by make into
 // bin/vault) for the tests of the Vault KMS providers.
 //
-// The binary is found through MONOCEPH_VAULT_BIN (make test sets it). When it is unset the test
+// The binary is found through MONOCEPH_VAULT_BIN (make test-vault sets it). When it is unset the test
 // is skipped, unless MONOCEPH_INTEGRATION=1, where it fails: as with internal/cephtest, a run
 // that is meant to be complete must not pass by skipping.
 package vaulttest
@@ -38,7 +38,7 @@ func Start(t testing.TB) *Server {
 	bin := os.Getenv("MONOCEPH_VAULT_BIN")
 	if bin == "" {
 		if os.Getenv("MONOCEPH_INTEGRATION") == "1" {
-			t.Fatal("MONOCEPH_INTEGRATION=1 but MONOCEPH_VAULT_BIN is unset: run make test, or make bin/vault and point MONOCEPH_VAULT_BIN there")
+			t.Fatal("MONOCEPH_INTEGRATION=1 but MONOCEPH_VAULT_BIN is unset: run make test-vault, or make bin/vault and point MONOCEPH_VAULT_BIN there")
 		}
 		t.Skip("MONOCEPH_VAULT_BIN unset: `make bin/vault` builds it")
 	}
