@@ -55,6 +55,9 @@ var (
 	ErrDenied = errors.New("KMS refused the token")
 	// ErrMissingToken: the secrets have no Vault token.
 	ErrMissingToken = errors.New("missing " + VaultTokenKey + " (the Vault token) in the secrets")
+	// ErrConfig: the KMS configuration (or the driver's environment) is wrong
+	// (FAILED_PRECONDITION: no retry helps until the operator changes it).
+	ErrConfig = errors.New("KMS misconfigured")
 	// ErrNoDEK: the KMS has no key for the volume.
 	ErrNoDEK = errors.New("the KMS has no key for the volume")
 )
@@ -185,7 +188,10 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 	// all a token) may come from there
 	cfg := &vault.Config{Address: conf.address, HttpClient: cleanClient(conf), Timeout: VaultTimeout,
 		// no retries: a sealed or unreachable Vault is UNAVAILABLE at once, the CO retries
-		MaxRetries: 0}
+		MaxRetries: 0,
+		// the client follows one redirect itself, to any host, with the token and the body
+		// (the DEK): see noRedirects
+		DisableRedirects: true}
 	client, err := vault.NewClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("KMS %q: %w", kmsID, err)
@@ -212,7 +218,26 @@ func cleanClient(conf *vaultConf) *http.Client {
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, ServerName: conf.tlsServerName,
 			InsecureSkipVerify: conf.skipVerify}, //nolint:gosec // the operator's vaultCAVerify: "false"
 	}
-	return &http.Client{Transport: tr, Timeout: VaultTimeout}
+	return &http.Client{Transport: noRedirects{tr}, Timeout: VaultTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// errRedirect: Vault answered with a redirect, which monoceph does not follow.
+var errRedirect = errors.New("redirect refused")
+
+// noRedirects turns every 3xx answer into an error. A redirect (a standby's 307 to the active
+// node, or anything between) would send the token and the request's body, a DEK, to another
+// host, possibly in the clear; and not followed, the vault client takes a 3xx for a success.
+type noRedirects struct{ rt http.RoundTripper }
+
+func (n noRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := n.rt.RoundTrip(req)
+	if err != nil || resp.StatusCode < 300 || resp.StatusCode > 399 {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	return nil, fmt.Errorf("%w: %w: Vault answered HTTP %d (to %q): set %s to the address that answers itself (the active node)",
+		ErrConfig, errRedirect, resp.StatusCode, resp.Header.Get("Location"), vaultAddressKey)
 }
 
 // Type is the provider type (TypeVaultTokens or TypeVaultTransit).
@@ -241,6 +266,9 @@ func classify(what string, err error) error {
 			return fmt.Errorf("%w: Vault %s: HTTP %d: %v", ErrUnavailable, what, re.StatusCode, strings.Join(re.Errors, "; "))
 		}
 		return fmt.Errorf("vault %s: HTTP %d: %v", what, re.StatusCode, strings.Join(re.Errors, "; "))
+	}
+	if errors.Is(err, ErrConfig) {
+		return fmt.Errorf("vault %s: %w", what, err)
 	}
 	var ne net.Error
 	var ue *url.Error

@@ -3,8 +3,13 @@ package kms
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -36,5 +41,57 @@ func TestVaultClassify(t *testing.T) {
 				t.Fatalf("classify = %v, want it to say %q", err, tt.text)
 			}
 		})
+	}
+}
+
+// vaultAt is the Vault of a KV entry (or a transit one, with transit) at addr, with token.
+func vaultAt(t *testing.T, addr, token string, transit bool) *Vault {
+	t.Helper()
+	entry := `{"v": {"encryptionKMSType": "vaulttokens", "vaultAddress": %q}}`
+	if transit {
+		entry = `{"v": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultTransitKey": "k"}}`
+	}
+	cfg, err := Parse([]byte(fmt.Sprintf(entry, addr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := cfg.Vault("v", map[string]string{VaultTokenKey: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestVaultRefusesRedirects: a Vault answering 307 elsewhere gets an error (ErrConfig), and the
+// other host sees neither the token nor the DEK.
+func TestVaultRefusesRedirects(t *testing.T) {
+	var got atomic.Int32
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if r.Header.Get("X-Vault-Token") != "" || len(body) > 0 {
+			got.Add(1)
+		}
+		_, _ = io.WriteString(w, `{"data": {"ciphertext": "vault:v1:x", "data": {}}}`)
+	}))
+	defer other.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	ctx := context.Background()
+	for _, transit := range []bool{false, true} {
+		v := vaultAt(t, redirector.URL, "s.secret", transit)
+		for name, fn := range map[string]func() error{
+			"check": func() error { return v.Check(ctx) },
+			"seal":  func() error { _, err := v.Seal(ctx, "vol", []byte("the-dek")); return err },
+			"open":  func() error { _, err := v.Open(ctx, "vol", "vault:v1:x"); return err },
+		} {
+			if err := fn(); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "307") {
+				t.Errorf("transit %v, %s: %v, want ErrConfig saying 307", transit, name, err)
+			}
+		}
+	}
+	if n := got.Load(); n != 0 {
+		t.Fatalf("the redirect's target got the token or a body %d times", n)
 	}
 }

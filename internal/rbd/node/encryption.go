@@ -59,6 +59,8 @@ func (s *Server) vaultDEK(ctx context.Context, r stageRequest, monHost string, s
 		return nil, status.Errorf(codes.Unavailable, "KMS %q: %v", kmsID, err)
 	case errors.Is(err, kms.ErrDenied):
 		return nil, status.Errorf(codes.PermissionDenied, "KMS %q (the token of the node-stage secret): %v", kmsID, err)
+	case errors.Is(err, kms.ErrConfig):
+		return nil, status.Errorf(codes.FailedPrecondition, "KMS %q: %v", kmsID, err)
 	case err != nil:
 		return nil, status.Errorf(codes.Internal, "volume %q: KMS %q: %v", r.volumeID, kmsID, err)
 	}
