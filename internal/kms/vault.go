@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
@@ -208,8 +209,34 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 	return &Vault{typ: typ, conf: conf, client: client}, nil
 }
 
-// cleanClient is an HTTP client of its own (no proxy from the environment, no shared pool).
+// cleanClient is an HTTP client of its own (no proxy from the environment, no redirects) over
+// the shared transport of conf's address and TLS settings.
 func cleanClient(conf *vaultConf) *http.Client {
+	return &http.Client{Transport: noRedirects{sharedTransport(conf)}, Timeout: VaultTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// transportKey is what a transport depends on.
+type transportKey struct {
+	address, tlsServerName string
+	skipVerify             bool
+}
+
+// transports are the Vault transports, one per address and TLS settings: a transport per call
+// kept its idle connections (and their two goroutines each) for IdleConnTimeout after every
+// CreateVolume or NodeStageVolume.
+var transports struct {
+	sync.Mutex
+	m map[transportKey]*http.Transport
+}
+
+func sharedTransport(conf *vaultConf) *http.Transport {
+	k := transportKey{address: conf.address, tlsServerName: conf.tlsServerName, skipVerify: conf.skipVerify}
+	transports.Lock()
+	defer transports.Unlock()
+	if tr := transports.m[k]; tr != nil {
+		return tr
+	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: VaultTimeout}).DialContext,
 		TLSHandshakeTimeout: VaultTimeout,
@@ -218,8 +245,11 @@ func cleanClient(conf *vaultConf) *http.Client {
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, ServerName: conf.tlsServerName,
 			InsecureSkipVerify: conf.skipVerify}, //nolint:gosec // the operator's vaultCAVerify: "false"
 	}
-	return &http.Client{Transport: noRedirects{tr}, Timeout: VaultTimeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if transports.m == nil {
+		transports.m = map[transportKey]*http.Transport{}
+	}
+	transports.m[k] = tr
+	return tr
 }
 
 // errRedirect: Vault answered with a redirect, which monoceph does not follow.

@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	vault "github.com/hashicorp/vault/api"
 )
@@ -93,5 +95,25 @@ func TestVaultRefusesRedirects(t *testing.T) {
 	}
 	if n := got.Load(); n != 0 {
 		t.Fatalf("the redirect's target got the token or a body %d times", n)
+	}
+}
+
+// TestVaultSharesConnections: many Vault calls, each with a Vault of its own (as CreateVolume and
+// NodeStageVolume make them), leave a few idle connections, not one (and its goroutines) each.
+func TestVaultSharesConnections(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {}}`)
+	}))
+	defer srv.Close()
+	before := runtime.NumGoroutine()
+	for range 30 {
+		if err := vaultAt(t, srv.URL, "s.token", false).Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // let closed connections' goroutines end
+	// one idle connection: its client side (read and write loops) and its server side
+	if d := runtime.NumGoroutine() - before; d > 6 {
+		t.Fatalf("%d goroutines more after 30 calls, want a few (one shared connection)", d)
 	}
 }
