@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,7 +197,11 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 		DisableRedirects: true}
 	client, err := vault.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("KMS %q: %w", kmsID, err)
+		// NewClient parses VAULT_* of the process's environment whatever cfg says (and
+		// fails on a VAULT_CACERT it cannot read, a VAULT_SKIP_VERIFY that is no boolean...):
+		// none is used, but an error there is the operator's to fix in the driver's pod
+		return nil, fmt.Errorf("%w: KMS %q: the Vault client refuses the driver's environment (%s: monoceph takes no Vault setting from there, unset them): %w",
+			ErrConfig, kmsID, vaultEnv(), err)
 	}
 	// NewClient takes VAULT_TOKEN, VAULT_NAMESPACE and VAULT_HEADERS from the environment:
 	// each is replaced by the configuration's (or nothing)
@@ -207,6 +213,22 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 		client.SetNamespace(conf.namespace)
 	}
 	return &Vault{typ: typ, conf: conf, client: client}, nil
+}
+
+// vaultEnv names the VAULT_* variables of the environment (never their values: one may be a
+// token).
+func vaultEnv() string {
+	var names []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "VAULT_") {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return "no VAULT_* variable is set"
+	}
+	sort.Strings(names)
+	return "set: " + strings.Join(names, ", ")
 }
 
 // cleanClient is an HTTP client of its own (no proxy from the environment, no redirects) over

@@ -117,3 +117,48 @@ func TestVaultSharesConnections(t *testing.T) {
 		t.Fatalf("%d goroutines more after 30 calls, want a few (one shared connection)", d)
 	}
 }
+
+// TestVaultIgnoresEnvironment: VAULT_* variables the vault client cannot parse make a Vault
+// ErrConfig naming the variable; the ones it can parse change nothing (no token, namespace or
+// header from there).
+func TestVaultIgnoresEnvironment(t *testing.T) {
+	for _, tt := range []struct{ name, value string }{
+		{"VAULT_CACERT", "/nonexistent"},
+		{"VAULT_CLIENT_CERT", "/nonexistent"},
+		{"VAULT_SKIP_VERIFY", "maybe"},
+		{"VAULT_MAX_RETRIES", "many"},
+		{"VAULT_HEADERS", "{"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.name, tt.value)
+			if tt.name == "VAULT_CLIENT_CERT" {
+				t.Setenv("VAULT_CLIENT_KEY", "/nonexistent")
+			}
+			cfg, err := Parse([]byte(`{"v": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://127.0.0.1:1"}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = cfg.Vault("v", map[string]string{VaultTokenKey: "s.token"})
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tt.name) || strings.Contains(err.Error(), "s.token") {
+				t.Fatalf("Vault with %s=%q: %v, want ErrConfig naming %s", tt.name, tt.value, err, tt.name)
+			}
+		})
+	}
+	t.Run("parsed ones", func(t *testing.T) {
+		var token, ns, hdr string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			token, ns, hdr = r.Header.Get("X-Vault-Token"), r.Header.Get("X-Vault-Namespace"), r.Header.Get("X-Env")
+			_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {}}`)
+		}))
+		defer srv.Close()
+		t.Setenv("VAULT_TOKEN", "s.env")
+		t.Setenv("VAULT_NAMESPACE", "env-ns")
+		t.Setenv("VAULT_HEADERS", `{"X-Env": "1"}`)
+		if err := vaultAt(t, srv.URL, "s.token", false).Check(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if token != "s.token" || ns != "" || hdr != "" {
+			t.Fatalf("Vault got token %q, namespace %q, header %q: want the secret's token and nothing from the environment", token, ns, hdr)
+		}
+	})
+}

@@ -359,6 +359,9 @@ func (c *Controller) removeDEK(ctx context.Context, p radosop.Location, name, vo
 		return err // kept (nil), or not known to be gone
 	}
 	v, err := c.opts.KMS.Vault(kmsID, secrets)
+	if errors.Is(err, kms.ErrConfig) {
+		return kmsStatus(kmsID, err)
+	}
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "the volume's DEK is in KMS %q, and the provisioner secret: %v", kmsID, err)
 	}

@@ -48,6 +48,9 @@ func (c *Controller) classEncryption(ctx context.Context, params volumeParams, s
 	}
 	if typ == kms.TypeVaultTokens || typ == kms.TypeVaultTransit {
 		v, err := c.opts.KMS.Vault(params.KMSID, secrets)
+		if errors.Is(err, kms.ErrConfig) {
+			return nil, kmsStatus(params.KMSID, err)
+		}
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "the class is encrypted with KMS %q and its provisioner secret: %v", params.KMSID, err)
 		}
