@@ -182,7 +182,9 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 	if typ != TypeVaultTokens && typ != TypeVaultTransit {
 		return nil, nil
 	}
-	token := secrets[VaultTokenKey]
+	// a Secret made with kubectl create secret --from-file=token=... ends with the file's
+	// newline, which no Vault token has (and net/http refuses in a header)
+	token := strings.TrimSpace(secrets[VaultTokenKey])
 	if token == "" {
 		return nil, ErrMissingToken
 	}

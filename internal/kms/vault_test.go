@@ -162,3 +162,25 @@ func TestVaultIgnoresEnvironment(t *testing.T) {
 		}
 	})
 }
+
+// TestVaultTrimsToken: the token of a Secret made from a file (with its newline) works.
+func TestVaultTrimsToken(t *testing.T) {
+	var token string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token = r.Header.Get("X-Vault-Token")
+		_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {}}`)
+	}))
+	defer srv.Close()
+	for _, in := range []string{"s.token\n", " s.token\r\n", "\ts.token"} {
+		if err := vaultAt(t, srv.URL, in, false).Check(context.Background()); err != nil || token != "s.token" {
+			t.Fatalf("token %q: Vault got %q (%v), want %q", in, token, err, "s.token")
+		}
+	}
+	cfg, err := Parse([]byte(`{"v": {"encryptionKMSType": "vaulttokens", "vaultAddress": "http://127.0.0.1:1"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.Vault("v", map[string]string{VaultTokenKey: " \n"}); !errors.Is(err, ErrMissingToken) {
+		t.Fatalf("a blank token: %v, want ErrMissingToken", err)
+	}
+}
