@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,6 +62,8 @@ var (
 	// ErrConfig: the KMS configuration (or the driver's environment) is wrong
 	// (FAILED_PRECONDITION: no retry helps until the operator changes it).
 	ErrConfig = errors.New("KMS misconfigured")
+	// ErrInvalid: the KMS entry names something the KMS does not have (INVALID_ARGUMENT).
+	ErrInvalid = errors.New("KMS entry invalid")
 	// ErrNoDEK: the KMS has no key for the volume.
 	ErrNoDEK = errors.New("the KMS has no key for the volume")
 )
@@ -332,8 +335,11 @@ func classify(what string, err error) error {
 	return fmt.Errorf("vault %s: %w", what, err)
 }
 
-// Check asks Vault whether it is unsealed and takes the token, before a caller writes anything
-// that would need Vault next.
+// Check asks Vault whether it is unsealed, takes the token and lets it do what the provider
+// will (sys/capabilities-self: create and update of a KV secret, transit encrypt and decrypt;
+// ErrDenied naming the path), and with transit whether the key exists (ErrInvalid naming
+// vaultTransitKey, when the token may read it), before a caller writes anything that would need
+// Vault next.
 func (v *Vault) Check(ctx context.Context) error {
 	h, err := call(ctx, "health", func(ctx context.Context) (*vault.HealthResponse, error) {
 		return v.client.Sys().HealthWithContext(ctx)
@@ -347,7 +353,61 @@ func (v *Vault) Check(ctx context.Context) error {
 	_, err = call(ctx, "token lookup", func(ctx context.Context) (*vault.Secret, error) {
 		return v.client.Auth().Token().LookupSelfWithContext(ctx)
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	if v.typ == TypeVaultTokens {
+		// the volume's ID is not known yet: a probe name stands for it (policies grant
+		// <mount>/data/* or a prefix of it)
+		return v.can(ctx, v.conf.path+"/data/"+capabilityProbe, "create", "update")
+	}
+	for _, op := range []string{"encrypt", "decrypt"} {
+		if err := v.can(ctx, v.conf.path+"/"+op+"/"+v.conf.transitKey, "update"); err != nil {
+			return err
+		}
+	}
+	keyPath := v.conf.path + "/keys/" + v.conf.transitKey
+	if v.can(ctx, keyPath, "read") != nil {
+		return nil // the key's existence shows at the first encrypt (the policy need not grant read)
+	}
+	key, err := call(ctx, "read the transit key", func(ctx context.Context) (*vault.Secret, error) {
+		return v.client.Logical().ReadWithContext(ctx, keyPath)
+	})
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("%w: Vault has no transit key %s (%s %q, %s %q)", ErrInvalid, keyPath,
+			vaultTransitKeyKey, v.conf.transitKey, vaultBackendPathKey, v.conf.path)
+	}
+	return nil
+}
+
+// capabilityProbe is the KV secret name whose capabilities Check asks for.
+const capabilityProbe = "monoceph-capability-probe"
+
+// can returns ErrDenied unless the token has every one of caps on path.
+func (v *Vault) can(ctx context.Context, path string, caps ...string) error {
+	got, err := call(ctx, "capabilities of "+path, func(ctx context.Context) ([]string, error) {
+		return v.client.Sys().CapabilitiesSelfWithContext(ctx, path)
+	})
+	if err != nil {
+		return err
+	}
+	if slices.Contains(got, "root") {
+		return nil
+	}
+	var missing []string
+	for _, c := range caps {
+		if !slices.Contains(got, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the token's policies do not grant %s on %s (they grant %v)", ErrDenied,
+			strings.Join(missing, ", "), path, got)
+	}
+	return nil
 }
 
 // dekField is the field of a KV secret that holds the DEK (ceph-csi's).

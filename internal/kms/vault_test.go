@@ -102,7 +102,7 @@ func TestVaultRefusesRedirects(t *testing.T) {
 // NodeStageVolume make them), leave a few idle connections, not one (and its goroutines) each.
 func TestVaultSharesConnections(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {}}`)
+		_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {"capabilities": ["root"]}}`)
 	}))
 	defer srv.Close()
 	before := runtime.NumGoroutine()
@@ -148,7 +148,7 @@ func TestVaultIgnoresEnvironment(t *testing.T) {
 		var token, ns, hdr string
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			token, ns, hdr = r.Header.Get("X-Vault-Token"), r.Header.Get("X-Vault-Namespace"), r.Header.Get("X-Env")
-			_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {}}`)
+			_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {"capabilities": ["root"]}}`)
 		}))
 		defer srv.Close()
 		t.Setenv("VAULT_TOKEN", "s.env")
@@ -168,7 +168,7 @@ func TestVaultTrimsToken(t *testing.T) {
 	var token string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token = r.Header.Get("X-Vault-Token")
-		_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {}}`)
+		_, _ = io.WriteString(w, `{"initialized": true, "sealed": false, "data": {"capabilities": ["root"]}}`)
 	}))
 	defer srv.Close()
 	for _, in := range []string{"s.token\n", " s.token\r\n", "\ts.token"} {

@@ -48,7 +48,8 @@ func newVaultRig(t *testing.T) *vaultRig {
 	v.EnableTransit(t, "transit-csi", "monoceph")
 	cfg, err := kms.Parse([]byte(fmt.Sprintf(`{
 		"vault-kv": {"encryptionKMSType": "vaulttokens", "vaultAddress": %q, "vaultBackend": "kv-v2", "vaultBackendPath": "kv-csi/"},
-		"vault-transit": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "monoceph"}}`, v.Addr, v.Addr)))
+		"vault-transit": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "monoceph"},
+		"vault-transit-nokey": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "absent"}}`, v.Addr, v.Addr, v.Addr)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,6 +265,44 @@ func TestVaultUnavailable(t *testing.T) {
 		}
 		if d := time.Since(start); d > kms.VaultTimeout+5*time.Second {
 			t.Errorf("%s: the refusal took %v", kmsID, d)
+		}
+	}
+	r.assertEmpty(t)
+}
+
+// TestVaultPrecheck: a token whose policies lack what the provider will do (KV create and update,
+// transit encrypt) and a transit key Vault does not have fail CreateVolume before anything is
+// written (PERMISSION_DENIED naming the path, INVALID_ARGUMENT naming vaultTransitKey): no
+// image, journal key or reservation is left.
+func TestVaultPrecheck(t *testing.T) {
+	r := newVaultRig(t)
+	token := func(name, policy string) string {
+		t.Helper()
+		c := r.v.Client()
+		if err := c.Sys().PutPolicyWithContext(r.ctx, name, policy); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Auth().Token().CreateWithContext(r.ctx, &vault.TokenCreateRequest{Policies: []string{name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Auth.ClientToken
+	}
+	kvReadOnly := token("kv-read-only", `path "kv-csi/data/*" { capabilities = ["read"] }`)
+	decryptOnly := token("decrypt-only", `path "transit-csi/decrypt/*" { capabilities = ["update"] }
+path "transit-csi/keys/*" { capabilities = ["read"] }`)
+	for _, tt := range []struct {
+		kmsID, token string
+		code         codes.Code
+		says         string
+	}{
+		{"vault-kv", kvReadOnly, codes.PermissionDenied, "kv-csi/data/"},
+		{"vault-transit", decryptOnly, codes.PermissionDenied, "transit-csi/encrypt/monoceph"},
+		{"vault-transit-nokey", r.v.Token, codes.InvalidArgument, "vaultTransitKey"},
+	} {
+		_, err := r.create("pvc-precheck-"+tt.kmsID, tt.kmsID, vaulttest.Secrets(r.cl.Secrets(), tt.token))
+		if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.says) {
+			t.Fatalf("%s: CreateVolume: %v, want %v saying %q", tt.kmsID, err, tt.code, tt.says)
 		}
 	}
 	r.assertEmpty(t)
