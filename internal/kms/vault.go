@@ -341,19 +341,7 @@ func classify(what string, err error) error {
 // vaultTransitKey, when the token may read it), before a caller writes anything that would need
 // Vault next.
 func (v *Vault) Check(ctx context.Context) error {
-	h, err := call(ctx, "health", func(ctx context.Context) (*vault.HealthResponse, error) {
-		return v.client.Sys().HealthWithContext(ctx)
-	})
-	if err != nil {
-		return err
-	}
-	if !h.Initialized || h.Sealed {
-		return fmt.Errorf("%w: Vault at %s is sealed or not initialised", ErrUnavailable, v.conf.address)
-	}
-	_, err = call(ctx, "token lookup", func(ctx context.Context) (*vault.Secret, error) {
-		return v.client.Auth().Token().LookupSelfWithContext(ctx)
-	})
-	if err != nil {
+	if err := v.reachable(ctx); err != nil {
 		return err
 	}
 	if v.typ == TypeVaultTokens {
@@ -381,6 +369,45 @@ func (v *Vault) Check(ctx context.Context) error {
 			vaultTransitKeyKey, v.conf.transitKey, vaultBackendPathKey, v.conf.path)
 	}
 	return nil
+}
+
+// CheckRemove asks Vault whether Remove of volumeID's DEK would succeed (unsealed, the token
+// taken and allowed to delete it), before a caller destroys what the DEK opens: a volume
+// deleted with a token that cannot delete its DEK would leave the DEK behind for good. No-op
+// with transit.
+func (v *Vault) CheckRemove(ctx context.Context, volumeID string) error {
+	if v.typ != TypeVaultTokens {
+		return nil
+	}
+	if err := v.reachable(ctx); err != nil {
+		return err
+	}
+	return v.can(ctx, v.removePath(volumeID), "delete")
+}
+
+// removePath is the path Remove deletes: the metadata (every version) or the latest version.
+func (v *Vault) removePath(volumeID string) string {
+	if v.conf.destroy {
+		return v.conf.path + "/metadata/" + volumeID
+	}
+	return v.conf.path + "/data/" + volumeID
+}
+
+// reachable: Vault is unsealed and takes the token.
+func (v *Vault) reachable(ctx context.Context) error {
+	h, err := call(ctx, "health", func(ctx context.Context) (*vault.HealthResponse, error) {
+		return v.client.Sys().HealthWithContext(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	if !h.Initialized || h.Sealed {
+		return fmt.Errorf("%w: Vault at %s is sealed or not initialised", ErrUnavailable, v.conf.address)
+	}
+	_, err = call(ctx, "token lookup", func(ctx context.Context) (*vault.Secret, error) {
+		return v.client.Auth().Token().LookupSelfWithContext(ctx)
+	})
+	return err
 }
 
 // capabilityProbe is the KV secret name whose capabilities Check asks for.

@@ -308,6 +308,52 @@ path "transit-csi/keys/*" { capabilities = ["read"] }`)
 	r.assertEmpty(t)
 }
 
+// TestVaultDeleteChecksToken: DeleteVolume of a KV volume with a token that could not delete
+// its DEK (none, or one without the delete capability) fails before the image goes; with one
+// that can, the image and the DEK go.
+func TestVaultDeleteChecksToken(t *testing.T) {
+	r := newVaultRig(t)
+	c := r.v.Client()
+	if err := c.Sys().PutPolicyWithContext(r.ctx, "kv-no-delete", `path "kv-csi/data/*" { capabilities = ["create", "update", "read"] }`); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.Auth().Token().CreateWithContext(r.ctx, &vault.TokenCreateRequest{Policies: []string{"kv-no-delete"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, err := r.create("pvc-delete-check", "vault-kv", vaulttest.Secrets(r.cl.Secrets(), r.v.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(secrets map[string]string) error {
+		_, err := r.ctrl.DeleteVolume(r.ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: secrets})
+		return err
+	}
+	for _, tt := range []struct {
+		name    string
+		secrets map[string]string
+		code    codes.Code
+	}{
+		{"no token", r.cl.Secrets(), codes.InvalidArgument},
+		{"no delete capability", vaulttest.Secrets(r.cl.Secrets(), tok.Auth.ClientToken), codes.PermissionDenied},
+	} {
+		if err := del(tt.secrets); status.Code(err) != tt.code {
+			t.Fatalf("%s: DeleteVolume: %v, want %v", tt.name, err, tt.code)
+		}
+		r.metadata(t) // the image is still there
+		if _, err := c.KVv2("kv-csi").Get(r.ctx, vol.GetVolumeId()); err != nil {
+			t.Fatalf("%s: the DEK after the refused DeleteVolume: %v", tt.name, err)
+		}
+	}
+	if err := del(vaulttest.Secrets(r.cl.Secrets(), r.v.Token)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.KVv2("kv-csi").Get(r.ctx, vol.GetVolumeId()); !errors.Is(err, vault.ErrSecretNotFound) {
+		t.Fatalf("the DEK after DeleteVolume: %v, want gone", err)
+	}
+	r.assertEmpty(t)
+}
+
 // assertNoSecretOnDisk: no file of the node's state holds the DEK or the Vault token.
 func (r *rig) assertNoSecretOnDisk(secrets ...string) {
 	r.t.Helper()
