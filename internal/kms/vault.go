@@ -9,8 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
@@ -55,6 +59,11 @@ var (
 	ErrDenied = errors.New("KMS refused the token")
 	// ErrMissingToken: the secrets have no Vault token.
 	ErrMissingToken = errors.New("missing " + VaultTokenKey + " (the Vault token) in the secrets")
+	// ErrConfig: the KMS configuration (or the driver's environment) is wrong
+	// (FAILED_PRECONDITION: no retry helps until the operator changes it).
+	ErrConfig = errors.New("KMS misconfigured")
+	// ErrInvalid: the KMS entry names something the KMS does not have (INVALID_ARGUMENT).
+	ErrInvalid = errors.New("KMS entry invalid")
 	// ErrNoDEK: the KMS has no key for the volume.
 	ErrNoDEK = errors.New("the KMS has no key for the volume")
 )
@@ -176,7 +185,9 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 	if typ != TypeVaultTokens && typ != TypeVaultTransit {
 		return nil, nil
 	}
-	token := secrets[VaultTokenKey]
+	// a Secret made with kubectl create secret --from-file=token=... ends with the file's
+	// newline, which no Vault token has (and net/http refuses in a header)
+	token := strings.TrimSpace(secrets[VaultTokenKey])
 	if token == "" {
 		return nil, ErrMissingToken
 	}
@@ -185,10 +196,17 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 	// all a token) may come from there
 	cfg := &vault.Config{Address: conf.address, HttpClient: cleanClient(conf), Timeout: VaultTimeout,
 		// no retries: a sealed or unreachable Vault is UNAVAILABLE at once, the CO retries
-		MaxRetries: 0}
+		MaxRetries: 0,
+		// the client follows one redirect itself, to any host, with the token and the body
+		// (the DEK): see noRedirects
+		DisableRedirects: true}
 	client, err := vault.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("KMS %q: %w", kmsID, err)
+		// NewClient parses VAULT_* of the process's environment whatever cfg says (and
+		// fails on a VAULT_CACERT it cannot read, a VAULT_SKIP_VERIFY that is no boolean...):
+		// none is used, but an error there is the operator's to fix in the driver's pod
+		return nil, fmt.Errorf("%w: KMS %q: the Vault client refuses the driver's environment (%s: monoceph takes no Vault setting from there, unset them): %w",
+			ErrConfig, kmsID, vaultEnv(), err)
 	}
 	// NewClient takes VAULT_TOKEN, VAULT_NAMESPACE and VAULT_HEADERS from the environment:
 	// each is replaced by the configuration's (or nothing)
@@ -202,8 +220,50 @@ func (c *Config) Vault(kmsID string, secrets map[string]string) (*Vault, error) 
 	return &Vault{typ: typ, conf: conf, client: client}, nil
 }
 
-// cleanClient is an HTTP client of its own (no proxy from the environment, no shared pool).
+// vaultEnv names the VAULT_* variables of the environment (never their values: one may be a
+// token).
+func vaultEnv() string {
+	var names []string
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "VAULT_") {
+			names = append(names, k)
+		}
+	}
+	if len(names) == 0 {
+		return "no VAULT_* variable is set"
+	}
+	sort.Strings(names)
+	return "set: " + strings.Join(names, ", ")
+}
+
+// cleanClient is an HTTP client of its own (no proxy from the environment, no redirects) over
+// the shared transport of conf's address and TLS settings.
 func cleanClient(conf *vaultConf) *http.Client {
+	return &http.Client{Transport: noRedirects{sharedTransport(conf)}, Timeout: VaultTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// transportKey is what a transport depends on.
+type transportKey struct {
+	address, tlsServerName string
+	skipVerify             bool
+}
+
+// transports are the Vault transports, one per address and TLS settings: a transport per call
+// kept its idle connections (and their two goroutines each) for IdleConnTimeout after every
+// CreateVolume or NodeStageVolume.
+var transports struct {
+	sync.Mutex
+	m map[transportKey]*http.Transport
+}
+
+func sharedTransport(conf *vaultConf) *http.Transport {
+	k := transportKey{address: conf.address, tlsServerName: conf.tlsServerName, skipVerify: conf.skipVerify}
+	transports.Lock()
+	defer transports.Unlock()
+	if tr := transports.m[k]; tr != nil {
+		return tr
+	}
 	tr := &http.Transport{
 		DialContext:         (&net.Dialer{Timeout: VaultTimeout}).DialContext,
 		TLSHandshakeTimeout: VaultTimeout,
@@ -212,7 +272,29 @@ func cleanClient(conf *vaultConf) *http.Client {
 		TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, ServerName: conf.tlsServerName,
 			InsecureSkipVerify: conf.skipVerify}, //nolint:gosec // the operator's vaultCAVerify: "false"
 	}
-	return &http.Client{Transport: tr, Timeout: VaultTimeout}
+	if transports.m == nil {
+		transports.m = map[transportKey]*http.Transport{}
+	}
+	transports.m[k] = tr
+	return tr
+}
+
+// errRedirect: Vault answered with a redirect, which monoceph does not follow.
+var errRedirect = errors.New("redirect refused")
+
+// noRedirects turns every 3xx answer into an error. A redirect (a standby's 307 to the active
+// node, or anything between) would send the token and the request's body, a DEK, to another
+// host, possibly in the clear; and not followed, the vault client takes a 3xx for a success.
+type noRedirects struct{ rt http.RoundTripper }
+
+func (n noRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := n.rt.RoundTrip(req)
+	if err != nil || resp.StatusCode < 300 || resp.StatusCode > 399 {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	return nil, fmt.Errorf("%w: %w: Vault answered HTTP %d (to %q): set %s to the address that answers itself (the active node)",
+		ErrConfig, errRedirect, resp.StatusCode, resp.Header.Get("Location"), vaultAddressKey)
 }
 
 // Type is the provider type (TypeVaultTokens or TypeVaultTransit).
@@ -242,6 +324,9 @@ func classify(what string, err error) error {
 		}
 		return fmt.Errorf("vault %s: HTTP %d: %v", what, re.StatusCode, strings.Join(re.Errors, "; "))
 	}
+	if errors.Is(err, ErrConfig) {
+		return fmt.Errorf("vault %s: %w", what, err)
+	}
 	var ne net.Error
 	var ue *url.Error
 	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.As(err, &ue) {
@@ -250,9 +335,66 @@ func classify(what string, err error) error {
 	return fmt.Errorf("vault %s: %w", what, err)
 }
 
-// Check asks Vault whether it is unsealed and takes the token, before a caller writes anything
-// that would need Vault next.
+// Check asks Vault whether it is unsealed, takes the token and lets it do what the provider
+// will (sys/capabilities-self: create and update of a KV secret, transit encrypt and decrypt;
+// ErrDenied naming the path), and with transit whether the key exists (ErrInvalid naming
+// vaultTransitKey, when the token may read it), before a caller writes anything that would need
+// Vault next.
 func (v *Vault) Check(ctx context.Context) error {
+	if err := v.reachable(ctx); err != nil {
+		return err
+	}
+	if v.typ == TypeVaultTokens {
+		// the volume's ID is not known yet: a probe name stands for it (policies grant
+		// <mount>/data/* or a prefix of it)
+		return v.can(ctx, v.conf.path+"/data/"+capabilityProbe, "create", "update")
+	}
+	for _, op := range []string{"encrypt", "decrypt"} {
+		if err := v.can(ctx, v.conf.path+"/"+op+"/"+v.conf.transitKey, "update"); err != nil {
+			return err
+		}
+	}
+	keyPath := v.conf.path + "/keys/" + v.conf.transitKey
+	if v.can(ctx, keyPath, "read") != nil {
+		return nil // the key's existence shows at the first encrypt (the policy need not grant read)
+	}
+	key, err := call(ctx, "read the transit key", func(ctx context.Context) (*vault.Secret, error) {
+		return v.client.Logical().ReadWithContext(ctx, keyPath)
+	})
+	if err != nil {
+		return err
+	}
+	if key == nil {
+		return fmt.Errorf("%w: Vault has no transit key %s (%s %q, %s %q)", ErrInvalid, keyPath,
+			vaultTransitKeyKey, v.conf.transitKey, vaultBackendPathKey, v.conf.path)
+	}
+	return nil
+}
+
+// CheckRemove asks Vault whether Remove of volumeID's DEK would succeed (unsealed, the token
+// taken and allowed to delete it), before a caller destroys what the DEK opens: a volume
+// deleted with a token that cannot delete its DEK would leave the DEK behind for good. No-op
+// with transit.
+func (v *Vault) CheckRemove(ctx context.Context, volumeID string) error {
+	if v.typ != TypeVaultTokens {
+		return nil
+	}
+	if err := v.reachable(ctx); err != nil {
+		return err
+	}
+	return v.can(ctx, v.removePath(volumeID), "delete")
+}
+
+// removePath is the path Remove deletes: the metadata (every version) or the latest version.
+func (v *Vault) removePath(volumeID string) string {
+	if v.conf.destroy {
+		return v.conf.path + "/metadata/" + volumeID
+	}
+	return v.conf.path + "/data/" + volumeID
+}
+
+// reachable: Vault is unsealed and takes the token.
+func (v *Vault) reachable(ctx context.Context) error {
 	h, err := call(ctx, "health", func(ctx context.Context) (*vault.HealthResponse, error) {
 		return v.client.Sys().HealthWithContext(ctx)
 	})
@@ -266,6 +408,33 @@ func (v *Vault) Check(ctx context.Context) error {
 		return v.client.Auth().Token().LookupSelfWithContext(ctx)
 	})
 	return err
+}
+
+// capabilityProbe is the KV secret name whose capabilities Check asks for.
+const capabilityProbe = "monoceph-capability-probe"
+
+// can returns ErrDenied unless the token has every one of caps on path.
+func (v *Vault) can(ctx context.Context, path string, caps ...string) error {
+	got, err := call(ctx, "capabilities of "+path, func(ctx context.Context) ([]string, error) {
+		return v.client.Sys().CapabilitiesSelfWithContext(ctx, path)
+	})
+	if err != nil {
+		return err
+	}
+	if slices.Contains(got, "root") {
+		return nil
+	}
+	var missing []string
+	for _, c := range caps {
+		if !slices.Contains(got, c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("%w: the token's policies do not grant %s on %s (they grant %v)", ErrDenied,
+			strings.Join(missing, ", "), path, got)
+	}
+	return nil
 }
 
 // dekField is the field of a KV secret that holds the DEK (ceph-csi's).

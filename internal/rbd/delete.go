@@ -65,6 +65,11 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
 	// snapshots) selects the careful path. That saves opening the image in the common case.
 	careful := rec != nil && rec.Attrs[attrSource] != ""
+	if rec != nil {
+		if err := c.checkDEKRemoval(ctx, raw, rec.Attrs[attrKMSID], req.GetSecrets()); err != nil {
+			return nil, err
+		}
+	}
 	_, err = radosop.WithConn(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		if !careful {
 			err := rbd.RemoveImage(io, name)
@@ -343,6 +348,39 @@ func trashedParent(io *rados.IOContext, id string) (*trashedImage, error) {
 	return parentImage(p), nil
 }
 
+// vaultKV is the Vault of kmsID with the token of secrets when it is a KV provider (whose DEKs
+// DeleteVolume removes), nil otherwise.
+func (c *Controller) vaultKV(kmsID string, secrets map[string]string) (*kms.Vault, error) {
+	if kmsID == "" {
+		return nil, nil
+	}
+	if typ, err := c.opts.KMS.Provider(kmsID); err != nil || typ != kms.TypeVaultTokens {
+		return nil, nil
+	}
+	v, err := c.opts.KMS.Vault(kmsID, secrets)
+	if errors.Is(err, kms.ErrConfig) {
+		return nil, kmsStatus(kmsID, err)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "the volume's DEK is in KMS %q, and the provisioner secret: %v", kmsID, err)
+	}
+	return v, nil
+}
+
+// checkDEKRemoval fails DeleteVolume of a volume whose DEK is in Vault's KV before anything is
+// destroyed when Vault could not delete the DEK (down, or the token missing, refused or not
+// allowed to): the retry, with a token that can, removes both.
+func (c *Controller) checkDEKRemoval(ctx context.Context, volumeID, kmsID string, secrets map[string]string) error {
+	v, err := c.vaultKV(kmsID, secrets)
+	if err != nil || v == nil {
+		return err
+	}
+	if err := v.CheckRemove(ctx, volumeID); err != nil {
+		return kmsStatus(kmsID, err)
+	}
+	return nil
+}
+
 // removeDEK deletes the DEK a Vault KV provider keeps for the volume, once its image is gone:
 // an image kept hidden for its snapshots still needs it (a restore copies it). A DEK already
 // gone is no error.
@@ -350,17 +388,23 @@ func (c *Controller) removeDEK(ctx context.Context, p radosop.Location, name, vo
 	if kmsID == "" {
 		return nil
 	}
-	if typ, err := c.opts.KMS.Provider(kmsID); err != nil || typ != kms.TypeVaultTokens {
+	log := klog.FromContext(ctx)
+	if _, err := c.opts.KMS.Provider(kmsID); err != nil {
 		// an entry gone from the configuration cannot be reached: its keys stay (the
 		// operator's to remove), the volume still goes
+		log.Info("DEK left in the KMS: the KMS entry is gone from the configuration", "volumeID", volumeID, "kmsID", kmsID)
 		return nil
 	}
-	if _, err := imageEncryption(ctx, p, name); !isNotFound(err) {
-		return err // kept (nil), or not known to be gone
+	v, err := c.vaultKV(kmsID, secrets)
+	if err != nil || v == nil {
+		return err
 	}
-	v, err := c.opts.KMS.Vault(kmsID, secrets)
-	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "the volume's DEK is in KMS %q, and the provisioner secret: %v", kmsID, err)
+	if _, err := imageEncryption(ctx, p, name); !isNotFound(err) {
+		if err == nil {
+			// nothing removes it when the image goes with its last snapshot
+			log.Info("DEK left in the KMS: the image is kept for its snapshots", "volumeID", volumeID, "kmsID", kmsID)
+		}
+		return err // kept (nil), or not known to be gone
 	}
 	if err := v.Remove(ctx, volumeID); err != nil {
 		return kmsStatus(kmsID, err)

@@ -48,6 +48,9 @@ func (c *Controller) classEncryption(ctx context.Context, params volumeParams, s
 	}
 	if typ == kms.TypeVaultTokens || typ == kms.TypeVaultTransit {
 		v, err := c.opts.KMS.Vault(params.KMSID, secrets)
+		if errors.Is(err, kms.ErrConfig) {
+			return nil, kmsStatus(params.KMSID, err)
+		}
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "the class is encrypted with KMS %q and its provisioner secret: %v", params.KMSID, err)
 		}
@@ -64,7 +67,9 @@ func (c *Controller) classEncryption(ctx context.Context, params volumeParams, s
 }
 
 // kmsStatus is the gRPC status of a KMS error: UNAVAILABLE for a KMS that is down or sealed
-// (the CO retries), PERMISSION_DENIED for a token it refuses, INTERNAL otherwise (a volume
+// (the CO retries), PERMISSION_DENIED for a token it refuses, FAILED_PRECONDITION for a KMS
+// entry (or driver environment) the operator must fix, INVALID_ARGUMENT for an entry naming
+// what the KMS lacks, INTERNAL otherwise (a volume
 // whose DEK is missing has lost its key: no retry brings it back).
 func kmsStatus(kmsID string, err error) error {
 	switch {
@@ -72,6 +77,10 @@ func kmsStatus(kmsID string, err error) error {
 		return status.Errorf(codes.Unavailable, "KMS %q: %v", kmsID, err)
 	case errors.Is(err, kms.ErrDenied):
 		return status.Errorf(codes.PermissionDenied, "KMS %q (the token of the class's secrets): %v", kmsID, err)
+	case errors.Is(err, kms.ErrConfig):
+		return status.Errorf(codes.FailedPrecondition, "KMS %q: %v", kmsID, err)
+	case errors.Is(err, kms.ErrInvalid):
+		return status.Errorf(codes.InvalidArgument, "KMS %q: %v", kmsID, err)
 	}
 	return status.Errorf(codes.Internal, "KMS %q: %v", kmsID, err)
 }

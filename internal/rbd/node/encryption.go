@@ -44,6 +44,9 @@ func (s *Server) encryption(ctx context.Context, r stageRequest, monHost string,
 func (s *Server) vaultDEK(ctx context.Context, r stageRequest, monHost string, secrets map[string]string) ([]byte, error) {
 	kmsID := r.image.KMSID
 	v, err := s.opts.KMS.Vault(kmsID, secrets)
+	if errors.Is(err, kms.ErrConfig) {
+		return nil, status.Errorf(codes.FailedPrecondition, "KMS %q: %v", kmsID, err)
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q is encrypted with KMS %q: %v (the class's node-stage secret)", r.volumeID, kmsID, err)
 	}
@@ -59,6 +62,8 @@ func (s *Server) vaultDEK(ctx context.Context, r stageRequest, monHost string, s
 		return nil, status.Errorf(codes.Unavailable, "KMS %q: %v", kmsID, err)
 	case errors.Is(err, kms.ErrDenied):
 		return nil, status.Errorf(codes.PermissionDenied, "KMS %q (the token of the node-stage secret): %v", kmsID, err)
+	case errors.Is(err, kms.ErrConfig):
+		return nil, status.Errorf(codes.FailedPrecondition, "KMS %q: %v", kmsID, err)
 	case err != nil:
 		return nil, status.Errorf(codes.Internal, "volume %q: KMS %q: %v", r.volumeID, kmsID, err)
 	}

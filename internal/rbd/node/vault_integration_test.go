@@ -48,7 +48,8 @@ func newVaultRig(t *testing.T) *vaultRig {
 	v.EnableTransit(t, "transit-csi", "monoceph")
 	cfg, err := kms.Parse([]byte(fmt.Sprintf(`{
 		"vault-kv": {"encryptionKMSType": "vaulttokens", "vaultAddress": %q, "vaultBackend": "kv-v2", "vaultBackendPath": "kv-csi/"},
-		"vault-transit": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "monoceph"}}`, v.Addr, v.Addr)))
+		"vault-transit": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "monoceph"},
+		"vault-transit-nokey": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "absent"}}`, v.Addr, v.Addr, v.Addr)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,6 +266,90 @@ func TestVaultUnavailable(t *testing.T) {
 		if d := time.Since(start); d > kms.VaultTimeout+5*time.Second {
 			t.Errorf("%s: the refusal took %v", kmsID, d)
 		}
+	}
+	r.assertEmpty(t)
+}
+
+// TestVaultPrecheck: a token whose policies lack what the provider will do (KV create and update,
+// transit encrypt) and a transit key Vault does not have fail CreateVolume before anything is
+// written (PERMISSION_DENIED naming the path, INVALID_ARGUMENT naming vaultTransitKey): no
+// image, journal key or reservation is left.
+func TestVaultPrecheck(t *testing.T) {
+	r := newVaultRig(t)
+	token := func(name, policy string) string {
+		t.Helper()
+		c := r.v.Client()
+		if err := c.Sys().PutPolicyWithContext(r.ctx, name, policy); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Auth().Token().CreateWithContext(r.ctx, &vault.TokenCreateRequest{Policies: []string{name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Auth.ClientToken
+	}
+	kvReadOnly := token("kv-read-only", `path "kv-csi/data/*" { capabilities = ["read"] }`)
+	decryptOnly := token("decrypt-only", `path "transit-csi/decrypt/*" { capabilities = ["update"] }
+path "transit-csi/keys/*" { capabilities = ["read"] }`)
+	for _, tt := range []struct {
+		kmsID, token string
+		code         codes.Code
+		says         string
+	}{
+		{"vault-kv", kvReadOnly, codes.PermissionDenied, "kv-csi/data/"},
+		{"vault-transit", decryptOnly, codes.PermissionDenied, "transit-csi/encrypt/monoceph"},
+		{"vault-transit-nokey", r.v.Token, codes.InvalidArgument, "vaultTransitKey"},
+	} {
+		_, err := r.create("pvc-precheck-"+tt.kmsID, tt.kmsID, vaulttest.Secrets(r.cl.Secrets(), tt.token))
+		if status.Code(err) != tt.code || !strings.Contains(err.Error(), tt.says) {
+			t.Fatalf("%s: CreateVolume: %v, want %v saying %q", tt.kmsID, err, tt.code, tt.says)
+		}
+	}
+	r.assertEmpty(t)
+}
+
+// TestVaultDeleteChecksToken: DeleteVolume of a KV volume with a token that could not delete
+// its DEK (none, or one without the delete capability) fails before the image goes; with one
+// that can, the image and the DEK go.
+func TestVaultDeleteChecksToken(t *testing.T) {
+	r := newVaultRig(t)
+	c := r.v.Client()
+	if err := c.Sys().PutPolicyWithContext(r.ctx, "kv-no-delete", `path "kv-csi/data/*" { capabilities = ["create", "update", "read"] }`); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.Auth().Token().CreateWithContext(r.ctx, &vault.TokenCreateRequest{Policies: []string{"kv-no-delete"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, err := r.create("pvc-delete-check", "vault-kv", vaulttest.Secrets(r.cl.Secrets(), r.v.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := func(secrets map[string]string) error {
+		_, err := r.ctrl.DeleteVolume(r.ctx, &csi.DeleteVolumeRequest{VolumeId: vol.GetVolumeId(), Secrets: secrets})
+		return err
+	}
+	for _, tt := range []struct {
+		name    string
+		secrets map[string]string
+		code    codes.Code
+	}{
+		{"no token", r.cl.Secrets(), codes.InvalidArgument},
+		{"no delete capability", vaulttest.Secrets(r.cl.Secrets(), tok.Auth.ClientToken), codes.PermissionDenied},
+	} {
+		if err := del(tt.secrets); status.Code(err) != tt.code {
+			t.Fatalf("%s: DeleteVolume: %v, want %v", tt.name, err, tt.code)
+		}
+		r.metadata(t) // the image is still there
+		if _, err := c.KVv2("kv-csi").Get(r.ctx, vol.GetVolumeId()); err != nil {
+			t.Fatalf("%s: the DEK after the refused DeleteVolume: %v", tt.name, err)
+		}
+	}
+	if err := del(vaulttest.Secrets(r.cl.Secrets(), r.v.Token)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.KVv2("kv-csi").Get(r.ctx, vol.GetVolumeId()); !errors.Is(err, vault.ErrSecretNotFound) {
+		t.Fatalf("the DEK after DeleteVolume: %v, want gone", err)
 	}
 	r.assertEmpty(t)
 }
