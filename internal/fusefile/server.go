@@ -25,6 +25,18 @@ type Backend interface {
 	Size() (int64, error)
 }
 
+// AsyncReader is a Backend that starts a read and returns at once, answering it from a
+// completion later (librbd's aio): no thread waits out each read. Reads through a Backend
+// without it block one OS thread each in ReadAt for the round trip to the OSDs; at 4 KiB QD 32
+// that cost 8 context switches and 214 µs of the server's CPU per read on this 2-core machine
+// (fio's rbd engine, which waits on completions, needs 72 µs), and reads ran at 0.40x of it.
+type AsyncReader interface {
+	// ReadAsync starts reading size bytes at off. Unless it returns an error, done is called
+	// exactly once (possibly before ReadAsync returns) with the bytes read, valid only during
+	// the call (fewer than size at the end of the file), or why the read failed.
+	ReadAsync(off int64, size int, done func(p []byte, err error)) error
+}
+
 // Discarder is a Backend that can deallocate a range, which reads as zeros afterwards
 // (fallocate PUNCH_HOLE: discards of a loop device on the file).
 type Discarder interface {
@@ -74,6 +86,7 @@ type Server struct {
 	f     *os.File // the /dev/fuse descriptor: non-blocking, so reads can be cut short
 	opts  Options
 	b     Backend
+	async AsyncReader // b's, when it has it
 	state State
 	log   klog.Logger
 
@@ -100,6 +113,7 @@ func newServer(fd int, opts Options, b Backend) (*Server, error) {
 		sem:  make(chan struct{}, inflightMax),
 		done: make(chan struct{}),
 	}
+	s.async, _ = b.(AsyncReader)
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
 	s.data.New = func() any { b := make([]byte, maxWrite); return &b }
 	return s, nil
@@ -178,8 +192,15 @@ func (s *Server) loop() {
 		}
 		s.sem <- struct{}{}
 		s.inflight.Add(1)
+		release := func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }
+		if h, _ := as[fuse.InHeader](req); h.Opcode == opRead && s.async != nil {
+			// the request keeps its place in sem until the read's completion answers it:
+			// inflightMax bounds reads in librbd as it bounds requests served by goroutines
+			go s.readAsync(h, req, release)
+			continue
+		}
 		go func() {
-			defer func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }()
+			defer release()
 			s.serve(req)
 		}()
 	}

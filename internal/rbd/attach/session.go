@@ -174,6 +174,7 @@ type openImage struct {
 	io   *rados.IOContext
 	img  *rbd.Image
 	spec string
+	aio  *aioReader // nil: reads go through ReadAt
 }
 
 // openTimeout is ConnectTimeout, and for an encrypted image EncryptionTimeout more: the key
@@ -218,7 +219,11 @@ func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
 			io.Destroy()
 			return struct{}{}, err
 		}
-		opened <- &openImage{conn: conn, io: io, img: img, spec: spec}
+		o := &openImage{conn: conn, io: io, img: img, spec: spec}
+		if o.aio, err = newAIOReader(img); err != nil {
+			klog.FromContext(ctx).Error(err, "Reading the image synchronously: librbd's aio is not reachable", "image", spec)
+		}
+		opened <- o
 		return struct{}{}, nil
 	})
 	if err != nil {
@@ -276,7 +281,10 @@ func (f *Fuse) crushLocation(ctx context.Context, req Request) string {
 
 func (o *openImage) close(log klog.Logger) {
 	if err := o.img.Close(); err != nil {
+		// reads may still be in flight: their completions would write to the pipe
 		log.Error(err, "Closing an image", "image", o.spec)
+	} else if o.aio != nil {
+		o.aio.close()
 	}
 	o.io.Destroy()
 	o.conn.Release()
@@ -296,6 +304,30 @@ func (o *openImage) ReadAt(p []byte, off int64) (int, error) {
 		p = p[:rest]
 	}
 	return o.img.ReadAt(p, off)
+}
+
+// ReadAsync implements fusefile.AsyncReader with librbd's aio; reads end at the image's end.
+// Without aio, or with every slot taken, it reads synchronously.
+func (o *openImage) ReadAsync(off int64, size int, done func([]byte, error)) error {
+	end, err := o.img.GetSize()
+	if err != nil {
+		return err
+	}
+	if off >= int64(end) {
+		done(nil, io.EOF)
+		return nil
+	}
+	size = int(min(int64(size), int64(end)-off))
+	if o.aio != nil {
+		err := o.aio.start(off, size, done)
+		if !errors.Is(err, errNoSlot) {
+			return err
+		}
+	}
+	buf := make([]byte, size)
+	n, err := o.img.ReadAt(buf, off)
+	done(buf[:n], err)
+	return nil
 }
 
 // WriteAt implements fusefile.Backend.
