@@ -33,7 +33,8 @@ type Backend interface {
 type AsyncReader interface {
 	// ReadAsync starts reading size bytes at off. Unless it returns an error, done is called
 	// exactly once (possibly before ReadAsync returns) with the bytes read, valid only during
-	// the call (fewer than size at the end of the file), or why the read failed.
+	// the call (fewer than size at the end of the file), or why the read failed. It must
+	// not wait for the read: the server calls it from the loop that reads requests.
 	ReadAsync(off int64, size int, done func(p []byte, err error)) error
 }
 
@@ -195,8 +196,9 @@ func (s *Server) loop() {
 		release := func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }
 		if h, _ := as[fuse.InHeader](req); h.Opcode == opRead && s.async != nil {
 			// the request keeps its place in sem until the read's completion answers it:
-			// inflightMax bounds reads in librbd as it bounds requests served by goroutines
-			go s.readAsync(h, req, release)
+			// inflightMax bounds reads in librbd as it bounds requests served by goroutines.
+			// Started here, not on a goroutine of its own: starting a read only queues it
+			s.readAsync(h, req, release)
 			continue
 		}
 		go func() {

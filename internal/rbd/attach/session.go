@@ -307,7 +307,7 @@ func (o *openImage) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // ReadAsync implements fusefile.AsyncReader with librbd's aio; reads end at the image's end.
-// Without aio, or with every slot taken, it reads synchronously.
+// Without aio, or with every slot taken, it reads with ReadAt on a goroutine.
 func (o *openImage) ReadAsync(off int64, size int, done func([]byte, error)) error {
 	end, err := o.img.GetSize()
 	if err != nil {
@@ -324,9 +324,13 @@ func (o *openImage) ReadAsync(off int64, size int, done func([]byte, error)) err
 			return err
 		}
 	}
-	buf := make([]byte, size)
-	n, err := o.img.ReadAt(buf, off)
-	done(buf[:n], err)
+	// on a goroutine: the FUSE server starts reads from its request loop, which a read
+	// waiting for an OSD would hold up (the server's bound of requests in flight bounds these)
+	go func() {
+		buf := make([]byte, size)
+		n, err := o.img.ReadAt(buf, off)
+		done(buf[:n], err)
+	}()
 	return nil
 }
 
