@@ -100,11 +100,13 @@ func TestAIOReads(t *testing.T) {
 		if bad > 0 {
 			t.Errorf("%d of %d concurrent reads returned wrong bytes or failed", bad, 3*aioSlots)
 		}
+		err = img.Close()
+		aio.close() // the completion goroutine has ended: every slot is back
+		aio.mu.Lock()
+		defer aio.mu.Unlock()
 		if len(aio.free) != aioSlots {
 			t.Errorf("%d slots free after every read completed, want %d", len(aio.free), aioSlots)
 		}
-		err = img.Close()
-		aio.close()
 		return err
 	}); err != nil {
 		t.Fatal(err)
