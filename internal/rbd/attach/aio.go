@@ -18,7 +18,8 @@ typedef struct {
 } monoceph_aio;
 
 // monoceph_aio_done runs on librbd's thread: it only names the slot on the pipe, which Go's
-// poller watches (no call into Go from a foreign thread). A 4-byte write to a pipe is atomic
+// poller watches (no call into Go from a foreign thread). It reads a->fd and a->n: the pipe's
+// write end and the slots' memory must outlive every completion (see aioReader.close). A 4-byte write to a pipe is atomic
 // and never blocks: the pipe holds 64 KiB, the slots in flight need 4 bytes each.
 static void monoceph_aio_done(rbd_completion_t c, void *arg) {
 	monoceph_aio *a = arg;
@@ -68,6 +69,7 @@ import (
 	"reflect"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/ceph/go-ceph/rbd"
@@ -93,6 +95,7 @@ type aioReader struct {
 	cmem  unsafe.Pointer // slots' memory (C: librbd keeps pointers to it)
 
 	mu      sync.Mutex
+	back    sync.Cond // on mu: signalled when a slot comes back to free
 	free    []uint32
 	pending [aioSlots]func([]byte, error)
 	stopped chan struct{} // closed when the completion goroutine ended
@@ -119,6 +122,11 @@ func newAIOReader(img *rbd.Image) (*aioReader, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newAIO(h)
+}
+
+// newAIO is an aioReader of librbd handle h.
+func newAIO(h C.rbd_image_t) (*aioReader, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("completion pipe: %w", err)
@@ -130,6 +138,7 @@ func newAIOReader(img *rbd.Image) (*aioReader, error) {
 		return nil, fmt.Errorf("completion pipe: %w", err)
 	}
 	a := &aioReader{img: h, r: os.NewFile(uintptr(p[0]), "rbd-aio"), w: p[1], stopped: make(chan struct{})}
+	a.back.L = &a.mu
 	a.cmem = C.calloc(aioSlots, C.size_t(unsafe.Sizeof(C.monoceph_aio{})))
 	a.slots = unsafe.Slice((*C.monoceph_aio)(a.cmem), aioSlots)
 	for i := range a.slots {
@@ -163,6 +172,7 @@ func (a *aioReader) put(n uint32) {
 	a.mu.Lock()
 	a.pending[n] = nil
 	a.free = append(a.free, n)
+	a.back.Broadcast()
 	a.mu.Unlock()
 }
 
@@ -199,12 +209,42 @@ func (a *aioReader) finish(n uint32) {
 	a.put(n)
 }
 
-// close ends the completion goroutine once every completion is answered. Only after the
-// image is closed: rbd_close returns when no read is in flight, so nothing writes to the pipe
-// any more.
-func (a *aioReader) close() {
+// drainTimeout bounds close's wait for the completions of reads still in flight.
+var drainTimeout = 2 * time.Minute
+
+// close ends the completion goroutine and frees the slots once every read started has been
+// answered, after the image is closed. rbd_close does not wait for that: librbd dispatches
+// completion callbacks on its own strand, so monoceph_aio_done may still be queued when
+// rbd_close returns, and will then read its slot and write to the pipe. So close waits for
+// every slot to come back (bounded by drainTimeout) before it closes the write end and frees
+// the slots' memory. Reads that never come back leave both in place (leaked, said in the
+// error): a callback writing to a freed slot or a reused descriptor would be worse.
+func (a *aioReader) close() error {
+	if out := a.drain(drainTimeout); out > 0 {
+		return fmt.Errorf("%d reads still in flight after %s: their completion pipe and slots are left allocated", out, drainTimeout)
+	}
 	unix.Close(a.w)
 	<-a.stopped
 	a.r.Close()
 	C.free(a.cmem)
+	a.cmem = nil
+	return nil
+}
+
+// drain waits up to timeout for every slot to be free; it returns how many are still out.
+func (a *aioReader) drain(timeout time.Duration) int {
+	expired := false
+	t := time.AfterFunc(timeout, func() {
+		a.mu.Lock()
+		expired = true
+		a.back.Broadcast()
+		a.mu.Unlock()
+	})
+	defer t.Stop()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for len(a.free) < aioSlots && !expired {
+		a.back.Wait()
+	}
+	return aioSlots - len(a.free)
 }

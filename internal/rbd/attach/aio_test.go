@@ -7,9 +7,11 @@ import (
 	"io"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
+	"golang.org/x/sys/unix"
 )
 
 // TestImageHandleField: aio reads need go-ceph's private handle field; a go-ceph that renames
@@ -110,5 +112,59 @@ func TestAIOReads(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAIOCloseDrains: rbd_close does not wait for completion callbacks, so close must wait
+// for every slot in flight to come back before it closes the pipe the callbacks write to and
+// frees their slots; when they never come back, it leaves both allocated. A slot is taken
+// as start takes it and given back as finish does, with no image (nothing reaches librbd).
+func TestAIOCloseDrains(t *testing.T) {
+	defer func(d time.Duration) { drainTimeout = d }(drainTimeout)
+	tests := []struct {
+		name     string
+		giveBack bool // the slot comes back while close waits
+	}{{"slot comes back", true}, {"slot never comes back", false}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			drainTimeout = 300 * time.Millisecond
+			if tc.giveBack {
+				drainTimeout = time.Minute
+			}
+			a, err := newAIO(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.mu.Lock()
+			n := a.free[len(a.free)-1]
+			a.free = a.free[:len(a.free)-1]
+			a.mu.Unlock()
+
+			closed := make(chan error, 1)
+			go func() { closed <- a.close() }()
+			select {
+			case err := <-closed:
+				if tc.giveBack {
+					t.Fatalf("close returned (%v) while a read was in flight", err)
+				}
+			case <-time.After(100 * time.Millisecond):
+			}
+			// the completion callback could still run: the pipe's write end must be open
+			// (a slot number out of range, which the completion goroutine skips)
+			b := [4]byte{0xff, 0xff, 0xff, 0xff}
+			if _, err := unix.Write(a.w, b[:]); err != nil {
+				t.Fatalf("writing to the completion pipe as a late callback would: %v", err)
+			}
+			if tc.giveBack {
+				a.put(n)
+			}
+			err = <-closed
+			switch {
+			case tc.giveBack && (err != nil || a.cmem != nil):
+				t.Errorf("close after the slot came back: %v, slots freed: %t", err, a.cmem == nil)
+			case !tc.giveBack && (err == nil || a.cmem == nil):
+				t.Errorf("close with a slot out: %v, slots kept: %t", err, a.cmem != nil)
+			}
+		})
 	}
 }

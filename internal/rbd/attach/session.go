@@ -284,7 +284,9 @@ func (o *openImage) close(log klog.Logger) {
 		// reads may still be in flight: their completions would write to the pipe
 		log.Error(err, "Closing an image", "image", o.spec)
 	} else if o.aio != nil {
-		o.aio.close()
+		if err := o.aio.close(); err != nil {
+			log.Error(err, "Closing an image's aio reader", "image", o.spec)
+		}
 	}
 	o.io.Destroy()
 	o.conn.Release()
