@@ -112,9 +112,18 @@ const stopTimeout = time.Minute
 func (f *Fuse) end(ctx context.Context, s *session) {
 	log := klog.FromContext(ctx)
 	if err := s.srv.Stop(stopTimeout); err != nil {
-		log.Error(err, "Stopping the FUSE server of an image", "dir", s.dir)
-	}
-	if s.img != nil {
+		log.Error(err, "Stopping the FUSE server of an image: the image stays open until the server's loop ends", "dir", s.dir)
+		if s.img != nil {
+			// the server's loop may still start a read on the image (it waits for a request
+			// slot, which a read's completion gives it): closing the image under it would
+			// free the ImageCtx that read uses. The image is closed once the loop ended,
+			// which may be never: then it stays open (leaked) rather than crash the holder.
+			go func(img *openImage) {
+				<-s.srv.Done()
+				img.close(log)
+			}(s.img)
+		}
+	} else if s.img != nil {
 		s.img.close(log)
 	}
 	f.mu.Lock()
