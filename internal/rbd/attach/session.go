@@ -290,9 +290,11 @@ func (f *Fuse) crushLocation(ctx context.Context, req Request) string {
 
 func (o *openImage) close(log klog.Logger) {
 	if err := o.img.Close(); err != nil {
-		// reads may still be in flight: their completions would write to the pipe
 		log.Error(err, "Closing an image", "image", o.spec)
-	} else if o.aio != nil {
+	}
+	// whatever rbd_close returned (-EBLOCKLISTED...), librbd deleted the image: the aio
+	// reader's close waits for the completions still due before it frees their slots
+	if o.aio != nil {
 		if err := o.aio.close(); err != nil {
 			log.Error(err, "Closing an image's aio reader", "image", o.spec)
 		}
