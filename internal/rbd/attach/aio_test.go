@@ -58,6 +58,7 @@ func TestAIOReads(t *testing.T) {
 			{"unaligned", 12345, 777, want[12345 : 12345+777]},
 			{"past the end", size - 100, 4096, want[size-100:]},
 			{"at the end", size, 4096, nil},
+			{"after the end", size + 1<<20, 4096, nil},
 		}
 		for _, tc := range tests {
 			var got []byte

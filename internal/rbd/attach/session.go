@@ -320,19 +320,21 @@ func (o *openImage) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // ReadAsync implements fusefile.AsyncReader with librbd's aio; reads end at the image's end.
-// Without aio, or with every slot taken, it reads with ReadAt on a goroutine.
+// It never asks the image's size: the server calls it from its request loop, and
+// rbd_get_size refreshes the header synchronously (OSD round trips) while a header update is
+// pending (a snapshot, a resize), which would stall every request. librbd clips a read that
+// runs past the end, and fails one that starts at or after it with -EINVAL (clip_io): that
+// is the end of the file. With every slot taken it reads with ReadAt on a goroutine.
 func (o *openImage) ReadAsync(off int64, size int, done func([]byte, error)) error {
-	end, err := o.img.GetSize()
-	if err != nil {
-		return err
-	}
-	if off >= int64(end) {
-		done(nil, io.EOF)
-		return nil
-	}
-	size = int(min(int64(size), int64(end)-off))
 	if o.aio != nil {
-		err := o.aio.start(off, size, done)
+		err := o.aio.start(off, size, func(p []byte, err error) {
+			if errors.Is(err, syscall.EINVAL) {
+				// on a goroutine: this is the completion goroutine, which GetSize would hold up
+				go func() { done(nil, o.pastEnd(off, err)) }()
+				return
+			}
+			done(p, err)
+		})
 		if !errors.Is(err, errNoSlot) {
 			return err
 		}
@@ -341,10 +343,20 @@ func (o *openImage) ReadAsync(off int64, size int, done func([]byte, error)) err
 	// waiting for an OSD would hold up (the server's bound of requests in flight bounds these)
 	go func() {
 		buf := make([]byte, size)
-		n, err := o.img.ReadAt(buf, off)
+		n, err := o.ReadAt(buf, off)
 		done(buf[:n], err)
 	}()
 	return nil
+}
+
+// pastEnd is io.EOF when a read at off that failed with err started at or after the image's
+// end, else err.
+func (o *openImage) pastEnd(off int64, err error) error {
+	size, serr := o.img.GetSize()
+	if serr == nil && off >= int64(size) {
+		return io.EOF
+	}
+	return err
 }
 
 // WriteAt implements fusefile.Backend.
