@@ -66,6 +66,10 @@ type State struct {
 // connection aborted.
 var ErrUnmounted = errors.New("the FUSE connection is gone")
 
+// MaxInflight bounds the requests a Server serves at once, reads an AsyncReader has started
+// included.
+const MaxInflight = 64
+
 // Limits offered at INIT.
 const (
 	// ourMinor is the highest protocol minor this server speaks: 7.31 (Linux 5.9) fixed the
@@ -75,7 +79,7 @@ const (
 	minMinor = 28
 	maxWrite = 1 << 20
 	// inflightMax bounds the requests served at once (goroutines in librbd).
-	inflightMax = 64
+	inflightMax = MaxInflight
 	// bufSize holds the largest request: a write of maxWrite and its header.
 	bufSize = maxWrite + 4096
 	// initTimeout bounds the wait for the kernel's INIT after the mount.

@@ -73,12 +73,15 @@ import (
 	"unsafe"
 
 	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/fusefile"
 	"golang.org/x/sys/unix"
 )
 
-// aioSlots bounds the reads in flight on one image: the FUSE server's own bound (64 requests
-// served at once) needs no more. A read that finds no free slot is read synchronously.
-const aioSlots = 64
+// aioSlots bounds the reads in flight on one image: the FUSE server's own bound, and a few
+// more, since a read's slot comes back only after its answer gave the server's request slot
+// back, which lets the server start the next read first. A read that finds no free slot is
+// read synchronously.
+const aioSlots = fusefile.MaxInflight + 4
 
 // errNoSlot: every slot is taken.
 var errNoSlot = errors.New("no free read slot")
@@ -140,6 +143,11 @@ func newAIO(h C.rbd_image_t) (*aioReader, error) {
 	a := &aioReader{img: h, r: os.NewFile(uintptr(p[0]), "rbd-aio"), w: p[1], stopped: make(chan struct{})}
 	a.back.L = &a.mu
 	a.cmem = C.calloc(aioSlots, C.size_t(unsafe.Sizeof(C.monoceph_aio{})))
+	if a.cmem == nil {
+		a.r.Close()
+		unix.Close(a.w)
+		return nil, errors.New("read slots: out of memory")
+	}
 	a.slots = unsafe.Slice((*C.monoceph_aio)(a.cmem), aioSlots)
 	for i := range a.slots {
 		a.slots[i].fd = C.int(a.w)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/ceph/go-ceph/rbd"
+	"github.com/monoceph/monoceph/internal/fusefile"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,6 +20,25 @@ import (
 func TestImageHandleField(t *testing.T) {
 	if _, err := imageHandle(&rbd.Image{}); err == nil || err.Error() != "image not open" {
 		t.Fatalf("imageHandle of a closed image: %v, want the field found and the image not open", err)
+	}
+}
+
+// TestImageBackend: only an image with aio is served as an AsyncReader; without it the
+// server's pooled synchronous reads beat a fallback that allocates a buffer per read.
+func TestImageBackend(t *testing.T) {
+	tests := []struct {
+		name  string
+		aio   *aioReader
+		async bool
+	}{{"with aio", &aioReader{}, true}, {"without aio", nil, false}}
+	for _, tc := range tests {
+		b := (&openImage{aio: tc.aio}).backend()
+		if _, async := b.(fusefile.AsyncReader); async != tc.async {
+			t.Errorf("%s: AsyncReader %t, want %t", tc.name, async, tc.async)
+		}
+		if _, discards := b.(fusefile.Discarder); !discards {
+			t.Errorf("%s: not a Discarder", tc.name)
+		}
 	}
 }
 
@@ -46,7 +66,7 @@ func TestAIOReads(t *testing.T) {
 			img.Close()
 			return err
 		}
-		o := &openImage{img: img, aio: aio, spec: r.req.Image.Spec()}
+		o := aioImage{&openImage{img: img, aio: aio, spec: r.req.Image.Spec()}}
 
 		tests := []struct {
 			name      string

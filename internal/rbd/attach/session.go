@@ -62,9 +62,9 @@ func (f *Fuse) start(ctx context.Context, req Request, a Attachment, conn *Conne
 	}
 	var s *session
 	if conn != nil {
-		s, err = f.resume(a.FuseDir, a, conn, img)
+		s, err = f.resume(a.FuseDir, a, conn, img.backend())
 	} else {
-		s, err = f.mount(a, img)
+		s, err = f.mount(a, img.backend())
 	}
 	if err != nil {
 		img.close(klog.FromContext(ctx))
@@ -319,25 +319,35 @@ func (o *openImage) ReadAt(p []byte, off int64) (int, error) {
 	return o.img.ReadAt(p, off)
 }
 
+// aioImage is an image read with librbd's aio: only an image that has it is a
+// fusefile.AsyncReader, the others are read with ReadAt in the server's pooled buffers.
+type aioImage struct{ *openImage }
+
+// backend is what serves o: aioImage when o has aio.
+func (o *openImage) backend() fusefile.Backend {
+	if o.aio != nil {
+		return aioImage{o}
+	}
+	return o
+}
+
 // ReadAsync implements fusefile.AsyncReader with librbd's aio; reads end at the image's end.
 // It never asks the image's size: the server calls it from its request loop, and
 // rbd_get_size refreshes the header synchronously (OSD round trips) while a header update is
 // pending (a snapshot, a resize), which would stall every request. librbd clips a read that
 // runs past the end, and fails one that starts at or after it with -EINVAL (clip_io): that
 // is the end of the file. With every slot taken it reads with ReadAt on a goroutine.
-func (o *openImage) ReadAsync(off int64, size int, done func([]byte, error)) error {
-	if o.aio != nil {
-		err := o.aio.start(off, size, func(p []byte, err error) {
-			if errors.Is(err, syscall.EINVAL) {
-				// on a goroutine: this is the completion goroutine, which GetSize would hold up
-				go func() { done(nil, o.pastEnd(off, err)) }()
-				return
-			}
-			done(p, err)
-		})
-		if !errors.Is(err, errNoSlot) {
-			return err
+func (o aioImage) ReadAsync(off int64, size int, done func([]byte, error)) error {
+	err := o.aio.start(off, size, func(p []byte, err error) {
+		if errors.Is(err, syscall.EINVAL) {
+			// on a goroutine: this is the completion goroutine, which GetSize would hold up
+			go func() { done(nil, o.pastEnd(off, err)) }()
+			return
 		}
+		done(p, err)
+	})
+	if !errors.Is(err, errNoSlot) {
+		return err
 	}
 	// on a goroutine: the FUSE server starts reads from its request loop, which a read
 	// waiting for an OSD would hold up (the server's bound of requests in flight bounds these)
