@@ -540,3 +540,59 @@ func TestAsyncReads(t *testing.T) {
 		})
 	}
 }
+
+// doneAndFailBackend breaks ReadAsync's contract: it answers the read and returns an error.
+type doneAndFailBackend struct{ *fileBackend }
+
+func (b doneAndFailBackend) ReadAsync(off int64, size int, done func([]byte, error)) error {
+	p := make([]byte, size)
+	n, err := b.ReadAt(p, off)
+	done(p[:n], err)
+	return syscall.EIO
+}
+
+// TestAsyncReadDoneAndError: a backend that both calls done and returns an error must not
+// release the request twice (a second receive from the request slots would stop the loop, a
+// second WaitGroup.Done would panic): reads go on being answered.
+func TestAsyncReadDoneAndError(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	b := doneAndFailBackend{openBackend(t, filepath.Join(dir, "backing"), 0)}
+	want := bytes.Repeat([]byte("monoceph"), 1024)
+	if _, err := b.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Mount(mnt, Options{Name: "img", Subtype: "fusefile-test"}, b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountFUSE(t, mnt) })
+	// unix.Open, not os.Open: see TestAsyncReads
+	fd, err := unix.Open(filepath.Join(mnt, "img"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for i := 0; i < 3; i++ {
+		read := make(chan error, 1)
+		go func() {
+			p := make([]byte, 4096)
+			n, err := unix.Pread(fd, p, 4096)
+			if err == nil && !bytes.Equal(p[:n], want[4096:8192]) {
+				err = fmt.Errorf("%d bytes, not those written", n)
+			}
+			read <- err
+		}()
+		select {
+		case err := <-read:
+			if err != nil {
+				t.Fatalf("read %d: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("read %d not answered after 10 s", i)
+		}
+	}
+}

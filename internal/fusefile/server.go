@@ -197,7 +197,11 @@ func (s *Server) loop() {
 		}
 		s.sem <- struct{}{}
 		s.inflight.Add(1)
-		release := func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }
+		// once: a backend that both calls a read's done and returns an error (against
+		// AsyncReader's contract) must not free the request's slot twice: a second receive
+		// from sem would stop the loop, a second Done would panic
+		var once sync.Once
+		release := func() { once.Do(func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }) }
 		if h, _ := as[fuse.InHeader](req); h.Opcode == opRead && s.async != nil {
 			// the request keeps its place in sem until the read's completion answers it:
 			// inflightMax bounds reads in librbd as it bounds requests served by goroutines.
