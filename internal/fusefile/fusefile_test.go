@@ -427,3 +427,172 @@ func loopBacks(dev, file string) error {
 	}
 	return nil
 }
+
+// asyncBackend answers reads from goroutines of its own, after a delay, as librbd's aio does
+// from its threads; it counts the reads and the most in flight at once.
+type asyncBackend struct {
+	*fileBackend
+	fail                  bool // every read fails with EIO
+	mu                    sync.Mutex
+	reads, inflight, most int
+}
+
+func (b *asyncBackend) ReadAsync(off int64, size int, done func([]byte, error)) error {
+	b.mu.Lock()
+	b.reads++
+	b.inflight++
+	b.most = max(b.most, b.inflight)
+	b.mu.Unlock()
+	go func() {
+		time.Sleep(2 * time.Millisecond)
+		p := make([]byte, size)
+		n, err := b.ReadAt(p, off)
+		if b.fail {
+			n, err = 0, syscall.EIO
+		}
+		b.mu.Lock()
+		b.inflight--
+		b.mu.Unlock()
+		done(p[:n], err)
+	}()
+	return nil
+}
+
+// TestAsyncReads: a backend with ReadAsync serves every read through it, concurrent reads get
+// their own bytes, the reads in flight stay within the server's bound, and a failed read
+// fails in the reader.
+func TestAsyncReads(t *testing.T) {
+	needFUSE(t)
+	tests := []struct {
+		name string
+		fail bool
+	}{{"reads", false}, {"failing reads", true}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			const size = 16 << 20
+			b := &asyncBackend{fileBackend: openBackend(t, filepath.Join(dir, "backing"), 0), fail: tc.fail}
+			want := make([]byte, size)
+			if _, err := rand.Read(want); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.WriteAt(want, 0); err != nil {
+				t.Fatal(err)
+			}
+			mnt := filepath.Join(dir, "mnt")
+			if err := os.Mkdir(mnt, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Mount(mnt, Options{Name: "img", Subtype: "fusefile-test"}, b); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { unmountFUSE(t, mnt) })
+			// not os.Open: Go's poller would register the file with epoll, whose FUSE_POLL
+			// request then waits for this process's own server while holding the epoll
+			// instance the server's read needs (a deadlock of the test process with itself)
+			fd, err := unix.Open(filepath.Join(mnt, "img"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			pread := func(p []byte, off int64) (int, error) {
+				n, err := unix.Pread(fd, p, off)
+				return max(n, 0), err
+			}
+			const readers, per, bs = 2 * inflightMax, 4, 64 << 10
+			var wg sync.WaitGroup
+			errs := make(chan error, readers*per)
+			for r := 0; r < readers; r++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					p := make([]byte, bs)
+					for i := 0; i < per; i++ {
+						off := int64((r*per+i)*bs) % (size - bs)
+						n, err := pread(p, off)
+						switch {
+						case tc.fail && !errors.Is(err, syscall.EIO):
+							errs <- fmt.Errorf("read at %d: %v, want EIO", off, err)
+						case !tc.fail && (err != nil || !bytes.Equal(p[:n], want[off:off+bs])):
+							errs <- fmt.Errorf("read at %d: %d bytes, %v, or other bytes than written", off, n, err)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			// the end of the file: a short read, then none
+			p := make([]byte, 8192)
+			if n, err := pread(p, size-4096); !tc.fail && (n != 4096 || !bytes.Equal(p[:n], want[size-4096:])) {
+				t.Errorf("read across the end: %d bytes, %v", n, err)
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.reads < readers*per {
+				t.Errorf("%d reads through ReadAsync, want at least %d", b.reads, readers*per)
+			}
+			if b.most > inflightMax {
+				t.Errorf("%d reads in flight at once, want at most %d", b.most, inflightMax)
+			}
+		})
+	}
+}
+
+// doneAndFailBackend breaks ReadAsync's contract: it answers the read and returns an error.
+type doneAndFailBackend struct{ *fileBackend }
+
+func (b doneAndFailBackend) ReadAsync(off int64, size int, done func([]byte, error)) error {
+	p := make([]byte, size)
+	n, err := b.ReadAt(p, off)
+	done(p[:n], err)
+	return syscall.EIO
+}
+
+// TestAsyncReadDoneAndError: a backend that both calls done and returns an error must not
+// release the request twice (a second receive from the request slots would stop the loop, a
+// second WaitGroup.Done would panic): reads go on being answered.
+func TestAsyncReadDoneAndError(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	b := doneAndFailBackend{openBackend(t, filepath.Join(dir, "backing"), 0)}
+	want := bytes.Repeat([]byte("monoceph"), 1024)
+	if _, err := b.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Mount(mnt, Options{Name: "img", Subtype: "fusefile-test"}, b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountFUSE(t, mnt) })
+	// unix.Open, not os.Open: see TestAsyncReads
+	fd, err := unix.Open(filepath.Join(mnt, "img"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	for i := 0; i < 3; i++ {
+		read := make(chan error, 1)
+		go func() {
+			p := make([]byte, 4096)
+			n, err := unix.Pread(fd, p, 4096)
+			if err == nil && !bytes.Equal(p[:n], want[4096:8192]) {
+				err = fmt.Errorf("%d bytes, not those written", n)
+			}
+			read <- err
+		}()
+		select {
+		case err := <-read:
+			if err != nil {
+				t.Fatalf("read %d: %v", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("read %d not answered after 10 s", i)
+		}
+	}
+}

@@ -183,6 +183,30 @@ func (s *Server) read(h *fuse.InHeader, req []byte) {
 	s.reply(h.Unique, 0, buf[:n])
 }
 
+// readAsync serves a read through the backend's AsyncReader and calls release once it is
+// answered.
+func (s *Server) readAsync(h *fuse.InHeader, req []byte, release func()) {
+	in, ok := as[fuse.ReadIn](req)
+	if !ok || in.Size > maxWrite || h.NodeId != fileNode {
+		s.reply(h.Unique, syscall.EINVAL)
+		release()
+		return
+	}
+	unique := h.Unique
+	err := s.async.ReadAsync(int64(in.Offset), int(in.Size), func(p []byte, err error) {
+		defer release()
+		if err != nil && len(p) == 0 && !errors.Is(err, io.EOF) {
+			s.reply(unique, errnoOf(err))
+			return
+		}
+		s.reply(unique, 0, p)
+	})
+	if err != nil {
+		s.reply(unique, errnoOf(err))
+		release()
+	}
+}
+
 func (s *Server) write(h *fuse.InHeader, req []byte) {
 	in, ok := as[fuse.WriteIn](req)
 	data := req[min(len(req), int(unsafe.Sizeof(fuse.WriteIn{}))):]

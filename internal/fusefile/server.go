@@ -25,6 +25,19 @@ type Backend interface {
 	Size() (int64, error)
 }
 
+// AsyncReader is a Backend that starts a read and returns at once, answering it from a
+// completion later (librbd's aio): no thread waits out each read. Reads through a Backend
+// without it block one OS thread each in ReadAt for the round trip to the OSDs; at 4 KiB QD 32
+// that cost 8 context switches and 214 µs of the server's CPU per read on this 2-core machine
+// (fio's rbd engine, which waits on completions, needs 72 µs), and reads ran at 0.40x of it.
+type AsyncReader interface {
+	// ReadAsync starts reading size bytes at off. Unless it returns an error, done is called
+	// exactly once (possibly before ReadAsync returns) with the bytes read, valid only during
+	// the call (fewer than size at the end of the file), or why the read failed. It must
+	// not wait for the read: the server calls it from the loop that reads requests.
+	ReadAsync(off int64, size int, done func(p []byte, err error)) error
+}
+
 // Discarder is a Backend that can deallocate a range, which reads as zeros afterwards
 // (fallocate PUNCH_HOLE: discards of a loop device on the file).
 type Discarder interface {
@@ -53,6 +66,10 @@ type State struct {
 // connection aborted.
 var ErrUnmounted = errors.New("the FUSE connection is gone")
 
+// MaxInflight bounds the requests a Server serves at once, reads an AsyncReader has started
+// included.
+const MaxInflight = 64
+
 // Limits offered at INIT.
 const (
 	// ourMinor is the highest protocol minor this server speaks: 7.31 (Linux 5.9) fixed the
@@ -62,7 +79,7 @@ const (
 	minMinor = 28
 	maxWrite = 1 << 20
 	// inflightMax bounds the requests served at once (goroutines in librbd).
-	inflightMax = 64
+	inflightMax = MaxInflight
 	// bufSize holds the largest request: a write of maxWrite and its header.
 	bufSize = maxWrite + 4096
 	// initTimeout bounds the wait for the kernel's INIT after the mount.
@@ -74,6 +91,7 @@ type Server struct {
 	f     *os.File // the /dev/fuse descriptor: non-blocking, so reads can be cut short
 	opts  Options
 	b     Backend
+	async AsyncReader // b's, when it has it
 	state State
 	log   klog.Logger
 
@@ -100,6 +118,7 @@ func newServer(fd int, opts Options, b Backend) (*Server, error) {
 		sem:  make(chan struct{}, inflightMax),
 		done: make(chan struct{}),
 	}
+	s.async, _ = b.(AsyncReader)
 	s.bufs.New = func() any { b := make([]byte, bufSize); return &b }
 	s.data.New = func() any { b := make([]byte, maxWrite); return &b }
 	return s, nil
@@ -178,8 +197,20 @@ func (s *Server) loop() {
 		}
 		s.sem <- struct{}{}
 		s.inflight.Add(1)
+		// once: a backend that both calls a read's done and returns an error (against
+		// AsyncReader's contract) must not free the request's slot twice: a second receive
+		// from sem would stop the loop, a second Done would panic
+		var once sync.Once
+		release := func() { once.Do(func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }) }
+		if h, _ := as[fuse.InHeader](req); h.Opcode == opRead && s.async != nil {
+			// the request keeps its place in sem until the read's completion answers it:
+			// inflightMax bounds reads in librbd as it bounds requests served by goroutines.
+			// Started here, not on a goroutine of its own: starting a read only queues it
+			s.readAsync(h, req, release)
+			continue
+		}
 		go func() {
-			defer func() { <-s.sem; s.bufs.Put(bp); s.inflight.Done() }()
+			defer release()
 			s.serve(req)
 		}()
 	}

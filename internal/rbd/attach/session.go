@@ -62,9 +62,9 @@ func (f *Fuse) start(ctx context.Context, req Request, a Attachment, conn *Conne
 	}
 	var s *session
 	if conn != nil {
-		s, err = f.resume(a.FuseDir, a, conn, img)
+		s, err = f.resume(a.FuseDir, a, conn, img.backend())
 	} else {
-		s, err = f.mount(a, img)
+		s, err = f.mount(a, img.backend())
 	}
 	if err != nil {
 		img.close(klog.FromContext(ctx))
@@ -112,9 +112,18 @@ const stopTimeout = time.Minute
 func (f *Fuse) end(ctx context.Context, s *session) {
 	log := klog.FromContext(ctx)
 	if err := s.srv.Stop(stopTimeout); err != nil {
-		log.Error(err, "Stopping the FUSE server of an image", "dir", s.dir)
-	}
-	if s.img != nil {
+		log.Error(err, "Stopping the FUSE server of an image: the image stays open until the server's loop ends", "dir", s.dir)
+		if s.img != nil {
+			// the server's loop may still start a read on the image (it waits for a request
+			// slot, which a read's completion gives it): closing the image under it would
+			// free the ImageCtx that read uses. The image is closed once the loop ended,
+			// which may be never: then it stays open (leaked) rather than crash the holder.
+			go func(img *openImage) {
+				<-s.srv.Done()
+				img.close(log)
+			}(s.img)
+		}
+	} else if s.img != nil {
 		s.img.close(log)
 	}
 	f.mu.Lock()
@@ -174,6 +183,7 @@ type openImage struct {
 	io   *rados.IOContext
 	img  *rbd.Image
 	spec string
+	aio  *aioReader // nil: reads go through ReadAt
 }
 
 // openTimeout is ConnectTimeout, and for an encrypted image EncryptionTimeout more: the key
@@ -218,7 +228,11 @@ func (f *Fuse) open(ctx context.Context, req Request) (*openImage, error) {
 			io.Destroy()
 			return struct{}{}, err
 		}
-		opened <- &openImage{conn: conn, io: io, img: img, spec: spec}
+		o := &openImage{conn: conn, io: io, img: img, spec: spec}
+		if o.aio, err = newAIOReader(img); err != nil {
+			klog.FromContext(ctx).Error(err, "Reading the image synchronously: librbd's aio is not reachable", "image", spec)
+		}
+		opened <- o
 		return struct{}{}, nil
 	})
 	if err != nil {
@@ -278,6 +292,13 @@ func (o *openImage) close(log klog.Logger) {
 	if err := o.img.Close(); err != nil {
 		log.Error(err, "Closing an image", "image", o.spec)
 	}
+	// whatever rbd_close returned (-EBLOCKLISTED...), librbd deleted the image: the aio
+	// reader's close waits for the completions still due before it frees their slots
+	if o.aio != nil {
+		if err := o.aio.close(); err != nil {
+			log.Error(err, "Closing an image's aio reader", "image", o.spec)
+		}
+	}
 	o.io.Destroy()
 	o.conn.Release()
 }
@@ -296,6 +317,56 @@ func (o *openImage) ReadAt(p []byte, off int64) (int, error) {
 		p = p[:rest]
 	}
 	return o.img.ReadAt(p, off)
+}
+
+// aioImage is an image read with librbd's aio: only an image that has it is a
+// fusefile.AsyncReader, the others are read with ReadAt in the server's pooled buffers.
+type aioImage struct{ *openImage }
+
+// backend is what serves o: aioImage when o has aio.
+func (o *openImage) backend() fusefile.Backend {
+	if o.aio != nil {
+		return aioImage{o}
+	}
+	return o
+}
+
+// ReadAsync implements fusefile.AsyncReader with librbd's aio; reads end at the image's end.
+// It never asks the image's size: the server calls it from its request loop, and
+// rbd_get_size refreshes the header synchronously (OSD round trips) while a header update is
+// pending (a snapshot, a resize), which would stall every request. librbd clips a read that
+// runs past the end, and fails one that starts at or after it with -EINVAL (clip_io): that
+// is the end of the file. With every slot taken it reads with ReadAt on a goroutine.
+func (o aioImage) ReadAsync(off int64, size int, done func([]byte, error)) error {
+	err := o.aio.start(off, size, func(p []byte, err error) {
+		if errors.Is(err, syscall.EINVAL) {
+			// on a goroutine: this is the completion goroutine, which GetSize would hold up
+			go func() { done(nil, o.pastEnd(off, err)) }()
+			return
+		}
+		done(p, err)
+	})
+	if !errors.Is(err, errNoSlot) {
+		return err
+	}
+	// on a goroutine: the FUSE server starts reads from its request loop, which a read
+	// waiting for an OSD would hold up (the server's bound of requests in flight bounds these)
+	go func() {
+		buf := make([]byte, size)
+		n, err := o.ReadAt(buf, off)
+		done(buf[:n], err)
+	}()
+	return nil
+}
+
+// pastEnd is io.EOF when a read at off that failed with err started at or after the image's
+// end, else err.
+func (o *openImage) pastEnd(off int64, err error) error {
+	size, serr := o.img.GetSize()
+	if serr == nil && off >= int64(size) {
+		return io.EOF
+	}
+	return err
 }
 
 // WriteAt implements fusefile.Backend.
