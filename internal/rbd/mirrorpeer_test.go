@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,19 +21,11 @@ import (
 // FAILED_PRECONDITION (its pool ID would be the peer's, unmapped). None reaches Ceph (the
 // map's monitor does not exist).
 func TestMirrorPeerResolution(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "clusters.json")
-	if err := os.WriteFile(path, []byte(`[{"clusterID":"b","monitors":["192.0.2.1:6789"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5}}]}}]`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := NewController(Options{Clusters: store, Locks: oplock.New()})
+	c := unreachableController(t, `[{"clusterID":"b","monitors":["192.0.2.1:6789"],"rbd":{"mirrorPeers":[{"clusterID":"a","poolIDs":{"2":5}}]}}]`)
 	if cl, err := c.idCluster("a", codes.NotFound, "volume_id"); err != nil || cl.ClusterID != "b" || cl.MirrorOf != "a" {
 		t.Errorf("idCluster(a) = %q (mirror of %q), %v; want b through the peer a", cl.ClusterID, cl.MirrorOf, err)
 	}
-	secrets := map[string]string{"userID": "admin", "userKey": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="}
+	secrets := unreachableSecrets()
 	caps := []*csi.VolumeCapability{{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}}
 	tests := []struct {

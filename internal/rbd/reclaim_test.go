@@ -2,14 +2,10 @@ package rbd
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	rspb "github.com/csi-addons/spec/lib/go/reclaimspace"
-	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -18,16 +14,8 @@ import (
 // an ID that cannot name a volume, or names a cluster the map lacks, is NOT_FOUND. None of them
 // reaches Ceph (the map's monitor does not exist).
 func TestControllerReclaimSpaceRequestErrors(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "clusters.json")
-	if err := os.WriteFile(path, []byte(`[{"clusterID":"local","monitors":["192.0.2.1:6789"]}]`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := NewController(Options{Clusters: store, Locks: oplock.New()}).ReclaimSpace()
-	secrets := map[string]string{"userID": "admin", "userKey": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="}
+	r := unreachableController(t, `[{"clusterID":"local","monitors":["192.0.2.1:6789"]}]`).ReclaimSpace()
+	secrets := unreachableSecrets()
 	tests := []struct {
 		name, id string
 		code     codes.Code

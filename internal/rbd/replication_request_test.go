@@ -2,14 +2,10 @@ package rbd
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	replpb "github.com/csi-addons/spec/lib/go/replication"
-	"github.com/monoceph/monoceph/internal/clustermap"
-	"github.com/monoceph/monoceph/internal/oplock"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -20,16 +16,8 @@ import (
 // volume ID that names no volume (malformed, or of a cluster the map lacks) NOT_FOUND, and a
 // bad parameter INVALID_ARGUMENT naming it.
 func TestReplicationRequestErrors(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "clusters.json")
-	if err := os.WriteFile(path, []byte(`[{"clusterID":"local","monitors":["192.0.2.1:6789"]}]`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	store, err := clustermap.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := NewController(Options{Clusters: store, Locks: oplock.New()}).Replication()
-	secrets := map[string]string{"userID": "admin", "userKey": "AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=="}
+	r := unreachableController(t, `[{"clusterID":"local","monitors":["192.0.2.1:6789"]}]`).Replication()
+	secrets := unreachableSecrets()
 	ctx := context.Background()
 	type call func(src *replpb.ReplicationSource, params map[string]string) error
 	rpcs := map[string]call{
