@@ -201,7 +201,7 @@ type mirrorState struct {
 	status rbd.GlobalMirrorImageStatus
 }
 
-// withImage runs fn on the open image, bounded by ctx.
+// withMirrorImage runs fn on the open image, bounded by ctx.
 func withMirrorImage[T any](ctx context.Context, t *replTarget, op string, fn func(*rados.IOContext, *rbd.Image) (T, error)) (T, error) {
 	return radosop.With(ctx, t.loc, op, func(io *rados.IOContext) (T, error) {
 		var zero T

@@ -126,13 +126,20 @@ func record(i int, site string) []byte {
 // onImage opens the volume's image on site s, found through s's own cluster map.
 func (s *mirrorSite) onImage(ctx context.Context, t *testing.T, vol string, fn func(*rbd.Image) error) error {
 	t.Helper()
+	return s.onImageOpenedBy(ctx, vol, func(io *rados.IOContext, name string) (*rbd.Image, error) {
+		return rbd.OpenImage(io, name, rbd.NoSnapshot)
+	}, fn)
+}
+
+// onImageOpenedBy runs fn on the volume's image on site s, opened by open (read-write or not).
+func (s *mirrorSite) onImageOpenedBy(ctx context.Context, vol string, open func(*rados.IOContext, string) (*rbd.Image, error), fn func(*rbd.Image) error) error {
 	p, v, _, err := s.ctrl.openVolume(ctx, vol, s.secrets)
 	if err != nil {
 		return err
 	}
 	defer p.Conn.Release()
 	_, err = radosop.With(ctx, p, "test image", func(io *rados.IOContext) (struct{}, error) {
-		img, err := rbd.OpenImage(io, v.image, rbd.NoSnapshot)
+		img, err := open(io, v.image)
 		if err != nil {
 			return struct{}{}, err
 		}

@@ -154,18 +154,7 @@ func TestMirrorUnpublishPeerDaemon(t *testing.T) {
 // onImageRO opens the volume's image on site s read-only: a handle that registers no watch.
 func (s *mirrorSite) onImageRO(ctx context.Context, t *testing.T, vol string, fn func(*rbd.Image) error) error {
 	t.Helper()
-	p, v, _, err := s.ctrl.openVolume(ctx, vol, s.secrets)
-	if err != nil {
-		return err
-	}
-	defer p.Conn.Release()
-	_, err = radosop.With(ctx, p, "test image", func(io *rados.IOContext) (struct{}, error) {
-		img, err := rbd.OpenImageReadOnly(io, v.image, rbd.NoSnapshot)
-		if err != nil {
-			return struct{}{}, err
-		}
-		defer img.Close()
-		return struct{}{}, fn(img)
-	})
-	return err
+	return s.onImageOpenedBy(ctx, vol, func(io *rados.IOContext, name string) (*rbd.Image, error) {
+		return rbd.OpenImageReadOnly(io, name, rbd.NoSnapshot)
+	}, fn)
 }
