@@ -479,22 +479,7 @@ func TestAsyncReads(t *testing.T) {
 			if _, err := b.WriteAt(want, 0); err != nil {
 				t.Fatal(err)
 			}
-			mnt := filepath.Join(dir, "mnt")
-			if err := os.Mkdir(mnt, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := Mount(mnt, Options{Name: "img", Subtype: "fusefile-test"}, b); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { unmountFUSE(t, mnt) })
-			// not os.Open: Go's poller would register the file with epoll, whose FUSE_POLL
-			// request then waits for this process's own server while holding the epoll
-			// instance the server's read needs (a deadlock of the test process with itself)
-			fd, err := unix.Open(filepath.Join(mnt, "img"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer unix.Close(fd)
+			fd := serveAndOpen(t, dir, b)
 			pread := func(p []byte, off int64) (int, error) {
 				n, err := unix.Pread(fd, p, off)
 				return max(n, 0), err
@@ -562,20 +547,7 @@ func TestAsyncReadDoneAndError(t *testing.T) {
 	if _, err := b.WriteAt(want, 0); err != nil {
 		t.Fatal(err)
 	}
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Mount(mnt, Options{Name: "img", Subtype: "fusefile-test"}, b); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unmountFUSE(t, mnt) })
-	// unix.Open, not os.Open: see TestAsyncReads
-	fd, err := unix.Open(filepath.Join(mnt, "img"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
+	fd := serveAndOpen(t, dir, b)
 	for i := 0; i < 3; i++ {
 		read := make(chan error, 1)
 		go func() {
@@ -595,4 +567,27 @@ func TestAsyncReadDoneAndError(t *testing.T) {
 			t.Fatalf("read %d not answered after 10 s", i)
 		}
 	}
+}
+
+// serveAndOpen serves b as the file img of a FUSE mount below dir and opens it read-only; the
+// descriptor is closed, then the mount removed, when the test ends. Not os.Open: Go's poller
+// would register the file with epoll, whose FUSE_POLL request then waits for this process's
+// own server while holding the epoll instance the server's read needs (a deadlock of the test
+// process with itself).
+func serveAndOpen(t *testing.T, dir string, b Backend) int {
+	t.Helper()
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Mount(mnt, Options{Name: "img", Subtype: "fusefile-test"}, b); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountFUSE(t, mnt) })
+	fd, err := unix.Open(filepath.Join(mnt, "img"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
 }
