@@ -166,9 +166,8 @@ func (s *Server) open(h *fuse.InHeader, req []byte) {
 }
 
 func (s *Server) read(h *fuse.InHeader, req []byte) {
-	in, ok := as[fuse.ReadIn](req)
-	if !ok || in.Size > maxWrite || h.NodeId != fileNode {
-		s.reply(h.Unique, syscall.EINVAL)
+	in, ok := s.readArgs(h, req)
+	if !ok {
 		return
 	}
 	// a pooled buffer: reads of 1 MiB would otherwise allocate (and zero) 1 MiB each
@@ -176,35 +175,47 @@ func (s *Server) read(h *fuse.InHeader, req []byte) {
 	defer s.data.Put(bp)
 	buf := (*bp)[:in.Size]
 	n, err := s.b.ReadAt(buf, int64(in.Offset))
-	if err != nil && n == 0 && !errors.Is(err, io.EOF) {
-		s.reply(h.Unique, errnoOf(err))
-		return
-	}
-	s.reply(h.Unique, 0, buf[:n])
+	s.replyRead(h.Unique, buf[:n], err)
 }
 
 // readAsync serves a read through the backend's AsyncReader and calls release once it is
 // answered.
 func (s *Server) readAsync(h *fuse.InHeader, req []byte, release func()) {
-	in, ok := as[fuse.ReadIn](req)
-	if !ok || in.Size > maxWrite || h.NodeId != fileNode {
-		s.reply(h.Unique, syscall.EINVAL)
+	in, ok := s.readArgs(h, req)
+	if !ok {
 		release()
 		return
 	}
 	unique := h.Unique
 	err := s.async.ReadAsync(int64(in.Offset), int(in.Size), func(p []byte, err error) {
 		defer release()
-		if err != nil && len(p) == 0 && !errors.Is(err, io.EOF) {
-			s.reply(unique, errnoOf(err))
-			return
-		}
-		s.reply(unique, 0, p)
+		s.replyRead(unique, p, err)
 	})
 	if err != nil {
 		s.reply(unique, errnoOf(err))
 		release()
 	}
+}
+
+// readArgs are a READ's arguments; a READ the server cannot serve is answered EINVAL here
+// (ok false).
+func (s *Server) readArgs(h *fuse.InHeader, req []byte) (*fuse.ReadIn, bool) {
+	in, ok := as[fuse.ReadIn](req)
+	if !ok || in.Size > maxWrite || h.NodeId != fileNode {
+		s.reply(h.Unique, syscall.EINVAL)
+		return nil, false
+	}
+	return in, true
+}
+
+// replyRead answers a read with what it read: the error only when nothing was (a short read
+// at the end of the file is its data, EOF no error).
+func (s *Server) replyRead(unique uint64, p []byte, err error) {
+	if err != nil && len(p) == 0 && !errors.Is(err, io.EOF) {
+		s.reply(unique, errnoOf(err))
+		return
+	}
+	s.reply(unique, 0, p)
 }
 
 func (s *Server) write(h *fuse.InHeader, req []byte) {
