@@ -2,12 +2,10 @@ package rbd
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	replpb "github.com/csi-addons/spec/lib/go/replication"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -23,22 +21,8 @@ func TestMirrorEnableDisableIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	params := map[string]string{"mirroringMode": "snapshot", "schedulingInterval": "1m"}
-	cv, err := a.csi.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("mirror-idem-%d", time.Now().UnixNano()),
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, VolumeCapabilities: mountCap,
-		Parameters: map[string]string{"clusterID": a.cluster, "pool": cfg.Pool}, Secrets: a.secrets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol := cv.GetVolume().GetVolumeId()
+	vol := a.createVolume(ctx, t, "mirror-idem", cfg.Pool, 64<<20, params)
 	disable := &replpb.DisableVolumeReplicationRequest{ReplicationSource: replSource(vol), Parameters: params, Secrets: a.secrets}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = a.repl.DisableVolumeReplication(ctx, disable)
-		if _, err := a.csi.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol, Secrets: a.secrets}); err != nil {
-			t.Errorf("DeleteVolume: %v", err)
-		}
-	})
 	notMirrored := func(when string) {
 		t.Helper()
 		_, err := a.repl.GetVolumeReplicationInfo(ctx, &replpb.GetVolumeReplicationInfoRequest{ReplicationSource: replSource(vol), Secrets: a.secrets})

@@ -149,6 +149,29 @@ func (s *mirrorSite) onImageOpenedBy(ctx context.Context, vol string, open func(
 	return err
 }
 
+// createVolume makes a volume of size in pool on site s for one test; when the test ends its
+// replication is disabled (best effort: it may never have been mirrored, or be already) and it
+// is deleted.
+func (s *mirrorSite) createVolume(ctx context.Context, t *testing.T, prefix, pool string, size int64, params map[string]string) string {
+	t.Helper()
+	cv, err := s.csi.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()),
+		CapacityRange: &csi.CapacityRange{RequiredBytes: size}, VolumeCapabilities: mountCap,
+		Parameters: map[string]string{"clusterID": s.cluster, "pool": pool}, Secrets: s.secrets})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := cv.GetVolume().GetVolumeId()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = s.repl.DisableVolumeReplication(ctx, &replpb.DisableVolumeReplicationRequest{ReplicationSource: replSource(vol), Parameters: params, Secrets: s.secrets})
+		if _, err := s.csi.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol, Secrets: s.secrets}); err != nil {
+			t.Errorf("DeleteVolume: %v", err)
+		}
+	})
+	return vol
+}
+
 // writeRecords writes records [from, to) and flushes them.
 func (s *mirrorSite) writeRecords(ctx context.Context, t *testing.T, vol string, from, to int) error {
 	t.Helper()

@@ -28,21 +28,7 @@ func TestMirrorUnpublishPeerDaemon(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	params := map[string]string{"mirroringMode": "snapshot", "schedulingInterval": "1m"}
-	cv, err := a.csi.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: fmt.Sprintf("mirror-unpub-%d", time.Now().UnixNano()),
-		CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, VolumeCapabilities: mountCap,
-		Parameters: map[string]string{"clusterID": a.cluster, "pool": cfg.Pool}, Secrets: a.secrets})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vol := cv.GetVolume().GetVolumeId()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = a.repl.DisableVolumeReplication(ctx, &replpb.DisableVolumeReplicationRequest{ReplicationSource: replSource(vol), Parameters: params, Secrets: a.secrets})
-		if _, err := a.csi.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: vol, Secrets: a.secrets}); err != nil {
-			t.Errorf("DeleteVolume: %v", err)
-		}
-	})
+	vol := a.createVolume(ctx, t, "mirror-unpub", cfg.Pool, 64<<20, params)
 	since := time.Now().Unix()
 	if _, err := a.repl.EnableVolumeReplication(ctx, &replpb.EnableVolumeReplicationRequest{ReplicationSource: replSource(vol), Parameters: params, Secrets: a.secrets}); err != nil {
 		t.Fatalf("EnableVolumeReplication: %v", err)
