@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,13 +207,18 @@ func (e *env) cephCmdWithin(d time.Duration, env []string, args ...string) (stri
 // own: a substring test would also find the range 127.0.0.2:0/32 inside a client's entry
 // 127.0.0.2:0/3243308824 (its nonce), which librbd adds when another node breaks the
 // client's exclusive lock.
-func listsEntry(out, entry string) bool {
+func listsEntry(out, entry string) bool { return slices.Contains(blocklistEntries(out), entry) }
+
+// blocklistEntries are the entries `ceph osd blocklist ls` output lists (clients, and ranges
+// without their cidr: prefix), in its order.
+func blocklistEntries(out string) []string {
+	var entries []string
 	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.TrimPrefix(f[0], "cidr:") == entry {
-			return true
+		if f := strings.Fields(line); len(f) > 0 {
+			entries = append(entries, strings.TrimPrefix(f[0], "cidr:"))
 		}
 	}
-	return false
+	return entries
 }
 
 // readmeBlock returns the shell commands of the README's fenced block after the marker

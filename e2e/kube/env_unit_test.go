@@ -1,6 +1,9 @@
 package kube
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestListsEntry(t *testing.T) {
 	// as Pacific 16.2.15 lists them
@@ -20,6 +23,22 @@ func TestListsEntry(t *testing.T) {
 	} {
 		if got := listsEntry(out, tt.entry); got != tt.want {
 			t.Errorf("listsEntry(%q) = %v, want %v", tt.entry, got, tt.want)
+		}
+	}
+}
+
+func TestBlocklistOf(t *testing.T) {
+	// as Pacific 16.2.15 lists them: a client and a range of 127.0.0.4, others around
+	out := "127.0.0.4:0/2265336984 2026-11-29T06:58:15.134779+0000\n" +
+		"127.0.0.40:0/1 2026-11-29T06:58:15.134779+0000\n" +
+		"cidr:127.0.0.4:0/32 2031-11-28T06:33:15.367518+0000\n" +
+		"127.0.0.2:0/3177734217 2026-11-29T06:52:30.934182+0000\n"
+	for ip, want := range map[string]string{
+		"127.0.0.4": "[127.0.0.4:0/2265336984 127.0.0.4:0/32]", // not 127.0.0.40's
+		"127.0.0.3": "[]",
+	} {
+		if got := fmt.Sprint(blocklistOf(out, ip)); got != want {
+			t.Errorf("blocklistOf(%s) = %s, want %s", ip, got, want)
 		}
 	}
 }

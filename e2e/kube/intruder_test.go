@@ -186,15 +186,10 @@ func (e *env) plantAddrs(pv *corev1.PersistentVolume, n *node, addrs ...string) 
 	}
 }
 
-// blocklistOf is the blocklist's entries for ip (clients and ranges), from `ceph osd blocklist
-// ls` output.
+// blocklistOf is the blocklist's entries for ip (clients and ranges), sorted, from `ceph osd
+// blocklist ls` output.
 func blocklistOf(out, ip string) []string {
-	var entries []string
-	for _, line := range strings.Split(out, "\n") {
-		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(strings.TrimPrefix(f[0], "cidr:"), ip+":") {
-			entries = append(entries, f[0])
-		}
-	}
+	entries := slices.DeleteFunc(blocklistEntries(out), func(e string) bool { return !strings.HasPrefix(e, ip+":") })
 	slices.Sort(entries)
 	return entries
 }
