@@ -37,7 +37,7 @@ BIND_PORT_MAX=${CEPH_BIND_PORT_MAX:-7300}
 # BlueStore by default: Pacific 16.2.15's memstore OSD segfaults in snapshot trimming under the
 # suites' snapshot load (MemStore::OmapIteratorImpl::value under
 # SnapMapper::get_next_objects_to_trim), and a killed BlueStore OSD comes back with its data.
-# A cluster keeps the object store it was made with ($CEPH_DIR/objectstore).
+# A cluster keeps the object store it was made with (its ceph.conf's `osd objectstore`).
 OBJECTSTORE=${CEPH_OBJECTSTORE:-bluestore}
 MEMSTORE_BYTES=${CEPH_MEMSTORE_BYTES:-$((4 << 30))}   # reported size; RAM is used only as data is written
 BLUESTORE_BYTES=${CEPH_BLUESTORE_BYTES:-$((10 << 30))} # sparse block file
