@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	v1 "github.com/monoceph/monoceph/api/v1"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/nodereq"
@@ -39,31 +40,13 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	defer unlock()
 	start := time.Now()
 
-	cluster, err := s.opts.Clusters.RBDCluster(r.image.ClusterID)
+	cluster, err := s.stageCluster(ctx, &r, req.GetSecrets())
 	if err != nil {
-		// the map may be catching up with a ConfigMap change: retryable, not a bad request
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, err
 	}
-	if r.image.Encrypted && !r.image.Librbd {
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted by ceph-csi (volume_context[%q] = \"true\" without %q): monoceph does not open ceph-csi's encryption yet and will not stage it as a plain device",
-			r.volumeID, volumecontext.Encrypted, volumecontext.EncryptionEngine)
-	}
-	if r.image.Librbd {
-		if r.enc, err = s.encryption(ctx, r, cluster.MonHost(), req.GetSecrets()); err != nil {
-			return nil, err
-		}
-	}
-	rec, err := s.loadRecord(r.stagingPath)
+	rec, err := s.stagedRecord(r.stagingPath)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	if rec == nil {
-		if st, err := readCephCSIStash(r.stagingPath); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		} else if st != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds ceph-csi's staging of image %s/%s: unstage it first (NodeUnstageVolume does)",
-				r.stagingPath, st.Pool, st.Image)
-		}
+		return nil, err
 	}
 	attacher, err := s.pickAttacher(&r, rec)
 	if err != nil {
@@ -77,30 +60,11 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	fresh := rec == nil
 	if fresh {
-		// one staging per volume and node (CSI): a second path would share the first one's
-		// attachment, and unstaging either would pull it from under the other
-		other, err := s.findRecord(r.volumeID, "")
-		if err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
+		if rec, err = s.createRecord(r); err != nil {
+			return nil, err
 		}
-		if other != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %q", r.volumeID, other.StagingPath)
-		}
-		rec = newRecord(r, s.workDir(r.volumeID))
-		if err := os.MkdirAll(rec.Attachment.WorkDir, 0o700); err != nil {
-			return nil, status.Errorf(codes.Internal, "work directory: %v", err)
-		}
-		// written before anything is attached: from here on, unstage can undo whatever follows
-		if err := rec.write(); err != nil {
-			return nil, status.Errorf(codes.Internal, "writing the staging record: %v", err)
-		}
-	} else {
-		if rec.VolumeID != r.volumeID {
-			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds volume %q", r.stagingPath, rec.VolumeID)
-		}
-		if why := rec.conflict(r); why != "" {
-			return nil, status.Errorf(codes.AlreadyExists, "volume %q is staged at %q with another capability: %s", r.volumeID, r.stagingPath, why)
-		}
+	} else if err := sameStaging(r, rec); err != nil {
+		return nil, err
 	}
 
 	err = s.stage(ctx, r, rec, attacher, cluster.MonHost(), s.crushLocation(ctx, cluster))
@@ -116,6 +80,77 @@ func (s *Server) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRe
 	}
 	log.V(2).Info("Volume staged", "device", rec.Attachment.Device, "access", accessType(rec.Block), "duration", time.Since(start))
 	return &csi.NodeStageVolumeResponse{}, nil
+}
+
+// stageCluster is the volume's cluster, and for an image librbd opens, the encryption it is
+// opened with (set in r).
+func (s *Server) stageCluster(ctx context.Context, r *stageRequest, secrets map[string]string) (v1.Cluster, error) {
+	cluster, err := s.opts.Clusters.RBDCluster(r.image.ClusterID)
+	if err != nil {
+		// the map may be catching up with a ConfigMap change: retryable, not a bad request
+		return v1.Cluster{}, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if r.image.Encrypted && !r.image.Librbd {
+		return v1.Cluster{}, status.Errorf(codes.FailedPrecondition, "volume %q is encrypted by ceph-csi (volume_context[%q] = \"true\" without %q): monoceph does not open ceph-csi's encryption yet and will not stage it as a plain device",
+			r.volumeID, volumecontext.Encrypted, volumecontext.EncryptionEngine)
+	}
+	if r.image.Librbd {
+		if r.enc, err = s.encryption(ctx, *r, cluster.MonHost(), secrets); err != nil {
+			return v1.Cluster{}, err
+		}
+	}
+	return cluster, nil
+}
+
+// stagedRecord is the staging record at stagingPath, nil if there is none; a path that holds
+// ceph-csi's staging instead is FAILED_PRECONDITION.
+func (s *Server) stagedRecord(stagingPath string) (*record, error) {
+	rec, err := s.loadRecord(stagingPath)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if rec == nil {
+		if st, err := readCephCSIStash(stagingPath); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		} else if st != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds ceph-csi's staging of image %s/%s: unstage it first (NodeUnstageVolume does)",
+				stagingPath, st.Pool, st.Image)
+		}
+	}
+	return rec, nil
+}
+
+// createRecord writes the record of a first stage of r, with its work directory.
+func (s *Server) createRecord(r stageRequest) (*record, error) {
+	// one staging per volume and node (CSI): a second path would share the first one's
+	// attachment, and unstaging either would pull it from under the other
+	other, err := s.findRecord(r.volumeID, "")
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if other != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %q is already staged at %q", r.volumeID, other.StagingPath)
+	}
+	rec := newRecord(r, s.workDir(r.volumeID))
+	if err := os.MkdirAll(rec.Attachment.WorkDir, 0o700); err != nil {
+		return nil, status.Errorf(codes.Internal, "work directory: %v", err)
+	}
+	// written before anything is attached: from here on, unstage can undo whatever follows
+	if err := rec.write(); err != nil {
+		return nil, status.Errorf(codes.Internal, "writing the staging record: %v", err)
+	}
+	return rec, nil
+}
+
+// sameStaging refuses a repeated stage whose record, rec, is of another volume or capability.
+func sameStaging(r stageRequest, rec *record) error {
+	if rec.VolumeID != r.volumeID {
+		return status.Errorf(codes.FailedPrecondition, "staging_target_path %q holds volume %q", r.stagingPath, rec.VolumeID)
+	}
+	if why := rec.conflict(r); why != "" {
+		return status.Errorf(codes.AlreadyExists, "volume %q is staged at %q with another capability: %s", r.volumeID, r.stagingPath, why)
+	}
+	return nil
 }
 
 func (s *Server) stage(ctx context.Context, r stageRequest, rec *record, attacher attach.Attacher, monHost, crushLocation string) error {
