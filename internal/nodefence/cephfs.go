@@ -36,8 +36,12 @@ import (
 // if monoceph could have made it: its authenticated Ceph user is the node-stage user of one of
 // the driver's PVs (the MDS filters `client ls` by the name cephx authenticated, not by the
 // entity the client announces), it is on that PV's filesystem, and its root is at or under
-// that PV's root path (a session that announces no root, an older kernel client's, counts
-// when user and filesystem match). The fencer then keeps only the tainted Node's addresses.
+// that PV's root path. A session that announces no root does not count: ceph-fuse and
+// libcephfs announce theirs ("/" when mounting the filesystem root), and so has the Linux
+// client since 4.x (mds_client.c's session metadata: hostname, kernel_version, entity_id, root),
+// so such a session is no client the driver starts, and the node-stage user's key (which may
+// be shared by another Kubernetes cluster's nodes) is all that would tie it to a PV. The fencer
+// then keeps only the tainted Node's addresses.
 //
 // What the MDS tells of a session's user (seen on Pacific 16.2.15; Ceph's main branch dumps a
 // session the same way, Session::dump and session_info_t::dump): `client ls` (= `session ls`)
@@ -109,7 +113,7 @@ func (s session) attributed(node string, grants []grant) bool {
 		return false
 	}
 	return slices.ContainsFunc(grants, func(g grant) bool {
-		return s.user != "" && g.user == s.user && (s.root == "" || under(s.root, g.root))
+		return s.user != "" && g.user == s.user && under(s.root, g.root)
 	})
 }
 
