@@ -1,6 +1,7 @@
 package nodefence
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,8 +36,23 @@ import (
 // if monoceph could have made it: its authenticated Ceph user is the node-stage user of one of
 // the driver's PVs (the MDS filters `client ls` by the name cephx authenticated, not by the
 // entity the client announces), it is on that PV's filesystem, and its root is at or under
-// that PV's root path (a session that announces no root, an older kernel client's, counts
-// when user and filesystem match). The fencer then keeps only the tainted Node's addresses.
+// that PV's root path. A session that announces no root does not count: ceph-fuse and
+// libcephfs announce theirs ("/" when mounting the filesystem root), and so has the Linux
+// client since 4.x (mds_client.c's session metadata: hostname, kernel_version, entity_id, root),
+// so such a session is no client the driver starts, and the node-stage user's key (which may
+// be shared by another Kubernetes cluster's nodes) is all that would tie it to a PV. The fencer
+// then keeps only the tainted Node's addresses.
+//
+// What the MDS tells of a session's user (seen on Pacific 16.2.15; Ceph's main branch dumps a
+// session the same way, Session::dump and session_info_t::dump): `client ls` (= `session ls`)
+// carries no authenticated name. entity.name is client.<global ID>, a number the monitors
+// hand out; client_metadata.entity_id is what the client announces (a ceph-fuse run as one
+// user announced entity_id=csi-node and was listed so). The MDS does know the name cephx
+// authenticated (Session::info.auth_name, set from the connection's peer name when it
+// authenticates), and uses it only to filter: `client ls auth_name=<ID>` (the ID without
+// "client.") keeps the sessions whose authenticated ID matches, whatever they announce
+// (there, auth_name=csi-node and auth_name=client.<ID> listed none of that session). So the
+// user of a session is the filter it was listed under, never a field of the listing.
 type CephFS struct {
 	Driver string
 	// Kube lists the driver's PVs and reads the node-stage Secrets they name (their user IDs
@@ -97,7 +113,7 @@ func (s session) attributed(node string, grants []grant) bool {
 		return false
 	}
 	return slices.ContainsFunc(grants, func(g grant) bool {
-		return s.user != "" && g.user == s.user && (s.root == "" || under(s.root, g.root))
+		return s.user != "" && g.user == s.user && under(s.root, g.root)
 	})
 }
 
@@ -262,6 +278,42 @@ func listSessions(ctx context.Context, conn *ceph.Conn, users map[string][]strin
 	if err != nil {
 		return nil, err
 	}
+	queries, err := mdsQueries(out, users)
+	if err != nil {
+		return nil, err
+	}
+	var all []session
+	for _, q := range queries {
+		req := map[string]any{"prefix": "client ls"}
+		if q.user != "" {
+			req["filters"] = []string{"auth_name=" + q.user}
+		}
+		cmd, _ := json.Marshal(req)
+		raw, err := mdsCommand(ctx, conn, q.mds, string(cmd))
+		if err != nil {
+			return nil, fmt.Errorf("client ls on mds.%s: %w", q.mds, err)
+		}
+		ss, err := parseSessions(q.mds, raw)
+		if err != nil {
+			return nil, err
+		}
+		for i := range ss {
+			ss[i].fs, ss[i].user = q.fs, q.user
+		}
+		all = append(all, ss...)
+	}
+	return all, nil
+}
+
+// mdsQuery is one `client ls` to send: to active MDS mds of filesystem fs, for the sessions
+// that authenticated as user ("": every session).
+type mdsQuery struct{ mds, fs, user string }
+
+// mdsQueries reads `fs dump` and plans the `client ls` of listSessions, in a stable order:
+// only the filesystems users names (every one when users is nil; the MDS of a filesystem the
+// driver has no PV on is never asked, so its sessions are neither attributed nor evicted),
+// only their active ranks (a standby-replay MDS has a rank but holds no sessions to act on).
+func mdsQueries(fsDump []byte, users map[string][]string) ([]mdsQuery, error) {
 	var dump struct {
 		Filesystems []struct {
 			MDSMap struct {
@@ -274,51 +326,31 @@ func listSessions(ctx context.Context, conn *ceph.Conn, users map[string][]strin
 			} `json:"mdsmap"`
 		} `json:"filesystems"`
 	}
-	if err := json.Unmarshal(out, &dump); err != nil {
+	if err := json.Unmarshal(fsDump, &dump); err != nil {
 		return nil, fmt.Errorf("decode fs dump: %w", err)
 	}
-	var all []session
+	var out []mdsQuery
 	for _, fs := range dump.Filesystems {
 		names, scoped := users[fs.MDSMap.FSName]
 		if users != nil && !scoped {
 			continue
 		}
-		filters := [][]string{nil}
-		if len(names) > 0 {
-			filters = filters[:0]
-			for _, u := range names {
-				filters = append(filters, []string{"auth_name=" + u})
-			}
+		if len(names) == 0 {
+			names = []string{""}
 		}
 		for _, mds := range fs.MDSMap.Info {
 			if mds.Rank < 0 || mds.State != "up:active" {
 				continue
 			}
-			for _, f := range filters {
-				req := map[string]any{"prefix": "client ls"}
-				if f != nil {
-					req["filters"] = f
-				}
-				cmd, _ := json.Marshal(req)
-				raw, err := mdsCommand(ctx, conn, mds.Name, string(cmd))
-				if err != nil {
-					return nil, fmt.Errorf("client ls on mds.%s: %w", mds.Name, err)
-				}
-				ss, err := parseSessions(mds.Name, raw)
-				if err != nil {
-					return nil, err
-				}
-				for i := range ss {
-					ss[i].fs = fs.MDSMap.FSName
-					if f != nil {
-						ss[i].user = strings.TrimPrefix(f[0], "auth_name=")
-					}
-				}
-				all = append(all, ss...)
+			for _, u := range names {
+				out = append(out, mdsQuery{mds: mds.Name, fs: fs.MDSMap.FSName, user: u})
 			}
 		}
 	}
-	return all, nil
+	slices.SortFunc(out, func(a, b mdsQuery) int {
+		return cmp.Or(strings.Compare(a.fs, b.fs), strings.Compare(a.mds, b.mds), strings.Compare(a.user, b.user))
+	})
+	return out, nil
 }
 
 // parseSessions reads `client ls` JSON (Pacific and later: entity.addr is the client's

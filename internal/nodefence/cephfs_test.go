@@ -23,7 +23,9 @@ func TestSessionAttributed(t *testing.T) {
 		{"ceph-fuse of the node at a PV's root", session{node: "n1", user: "node-user", root: "/volumes/csi/v1/uuid"}, true},
 		{"under a PV's root (a shallow volume's .snap)", session{node: "n1", user: "node-user", root: "/volumes/csi/v1/uuid/.snap/s"}, true},
 		{"second PV's user and root", session{node: "n1", user: "other-stage", root: "/volumes/static/x"}, true},
-		{"kernel client: hostname, no root", session{host: "n1", user: "node-user"}, true},
+		{"kernel client: hostname, at a PV's root", session{host: "n1", user: "node-user", root: "/volumes/csi/v1/uuid"}, true},
+		{"the node's user, no root announced", session{host: "n1", user: "node-user"}, false},
+		{"the node's user and ID, no root announced", session{node: "n1", user: "node-user"}, false},
 		{"another node", session{node: "n2", user: "node-user", root: "/volumes/csi/v1/uuid"}, false},
 		{"node ID wins over hostname", session{node: "n2", host: "n1", user: "node-user", root: "/volumes/csi/v1/uuid"}, false},
 		{"a user of no PV announcing the node", session{node: "n1", user: "intruder", root: "/volumes/csi/v1/uuid"}, false},
@@ -94,5 +96,43 @@ func TestScope(t *testing.T) {
 	}
 	if err != nil && strings.Contains(err.Error(), key) {
 		t.Error("the error carries a key")
+	}
+}
+
+// TestMDSQueries: the sessions are listed only on the filesystems the driver's PVs use (the
+// MDS of another Kubernetes cluster's filesystem on the same Ceph cluster is never asked, so
+// its sessions are neither attributed nor evicted), from their active ranks only, once per
+// node-stage user (issue 26, item 3).
+func TestMDSQueries(t *testing.T) {
+	mds := func(gid int, name string, rank int, state string) string {
+		return fmt.Sprintf(`"gid_%d": {"gid": %d, "name": %q, "rank": %d, "state": %q}`, gid, gid, name, rank, state)
+	}
+	dump := `{"epoch": 9, "filesystems": [
+		{"id": 1, "mdsmap": {"fs_name": "ours", "info": {` + mds(4141, "a", 0, "up:active") + `, ` + mds(4142, "b", 1, "up:active") + `, ` +
+		mds(4143, "c", 0, "up:standby-replay") + `}}},
+		{"id": 2, "mdsmap": {"fs_name": "theirs", "info": {` + mds(4150, "d", 0, "up:active") + `}}},
+		{"id": 3, "mdsmap": {"fs_name": "ours2", "info": {` + mds(4160, "e", 0, "up:active") + `, ` + mds(4161, "f", 1, "up:rejoin") + `}}}],
+		"standbys": [{"gid": 4170, "name": "g", "rank": -1, "state": "up:standby"}]}`
+	for _, c := range []struct {
+		name  string
+		users map[string][]string
+		want  string
+	}{
+		{"every filesystem (the tests' listing)", nil, "[{a ours } {b ours } {e ours2 } {d theirs }]"},
+		{"the PVs' filesystems, every session (evicting)", map[string][]string{"ours": nil, "ours2": nil},
+			"[{a ours } {b ours } {e ours2 }]"},
+		{"the PVs' filesystems, by node-stage user", map[string][]string{"ours": {"u1", "u2"}, "ours2": {"u3"}},
+			"[{a ours u1} {a ours u2} {b ours u1} {b ours u2} {e ours2 u3}]"},
+		{"a filesystem no PV uses is not asked", map[string][]string{"ours": {"u1"}}, "[{a ours u1} {b ours u1}]"},
+		{"a PV's filesystem that does not exist", map[string][]string{"gone": {"u1"}}, "[]"},
+		{"no PVs", map[string][]string{}, "[]"},
+	} {
+		q, err := mdsQueries([]byte(dump), c.users)
+		if err != nil || fmt.Sprint(q) != c.want {
+			t.Errorf("%s: queries %v, %v; want %s", c.name, q, err, c.want)
+		}
+	}
+	if _, err := mdsQueries([]byte(`[]`), nil); err == nil {
+		t.Error("a garbled fs dump was read")
 	}
 }
