@@ -125,7 +125,7 @@ func (g *holderGauges) record(self string, h mounter.Info, missing []string) {
 	g.events.Eventf(ref, corev1.EventTypeWarning, ReasonCephFSFencingDegraded,
 		"The mount holder (monoceph %s, instance %s) lacks %s, which this node plugin (monoceph %s) relies on: "+
 			"out-of-service fencing finds this node's CephFS sessions by hostname only, and misses them where the hostname differs "+
-			"from the Node name. Update the mount holder: delete its pod on this node (its DaemonSet's update strategy is OnDelete)",
+			"from the Node name. Update the mount holder: delete its pod on this node (with the chart's default OnDelete nothing else updates it)",
 		h.Binary, h.Instance, strings.Join(missing, ", "), self)
 }
 
