@@ -12,7 +12,8 @@ import (
 // TestChartNodeCSIAddons: with csi-addons on for the node, the RBD node plugin serves ReclaimSpace on a
 // csi-addons socket of its own in the plugin directory, where its csi-addons sidecar finds it;
 // that sidecar, unprivileged, is the only container of the pod with a service account token.
-// The CephFS node plugin, which has nothing to reclaim, gets neither.
+// The CephFS node plugin, which has nothing to reclaim, gets neither (its token is for its
+// Event about an older mount holder).
 func TestChartNodeCSIAddons(t *testing.T) {
 	_, dss := rendered(t, "rbd.csiAddons.enabled=true", "rbd.csiAddons.node=true", "cephfs.csiAddons.enabled=true", "rbd.csiAddons.nodePort=9172")
 	for name, ds := range dss {
@@ -20,7 +21,7 @@ func TestChartNodeCSIAddons(t *testing.T) {
 			continue
 		}
 		spec := ds.Spec.Template.Spec
-		checkNodeTokens(t, name, spec, rbdTokenContainers(name, "csi-addons"))
+		checkNodeTokens(t, name, spec, nodeTokenContainers(name, true, "csi-addons"))
 		plugin := container(t, spec, "monoceph")
 		var endpoint string
 		for _, a := range plugin.Args {
@@ -66,7 +67,8 @@ func TestChartNodeCSIAddons(t *testing.T) {
 // TestChartNodeTokenOnlyWhereNeeded: the RBD node pod never mounts the service account token
 // into every container (node-driver-registrar must not get the node account's get nodes);
 // with read affinity the plugin, which reads its own Node's labels, gets it, and the
-// csi-addons sidecar when it runs: each a projected token of its own mount.
+// csi-addons sidecar when it runs: each a projected token of its own mount. The CephFS plugin
+// gets one with a mount holder, for its Event about an older holder, and no other container.
 func TestChartNodeTokenOnlyWhereNeeded(t *testing.T) {
 	affinity := []string{"cluster.readAffinity.enabled=true", "cluster.readAffinity.crushLocationLabels={topology.kubernetes.io/zone}"}
 	addons := []string{"rbd.csiAddons.enabled=true", "rbd.csiAddons.node=true"}
@@ -80,25 +82,31 @@ func TestChartNodeTokenOnlyWhereNeeded(t *testing.T) {
 		{"read affinity", affinity, []string{"monoceph"}},
 		{"read affinity and csi-addons", append(slices.Clone(affinity), addons...), []string{"monoceph", "csi-addons"}},
 		{"domain labels", []string{"rbd.domainLabels={topology.kubernetes.io/zone}"}, []string{"monoceph"}},
+		{"no mount holder", []string{"mounter.enabled=false"}, nil},
+		{"no mount holder, csi-addons", append([]string{"mounter.enabled=false"}, addons...), []string{"csi-addons"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, dss := rendered(t, c.extra...)
 			for name, ds := range dss {
 				if strings.HasSuffix(name, "-node") {
-					checkNodeTokens(t, name, ds.Spec.Template.Spec, rbdTokenContainers(name, c.want...))
+					holder := !slices.Contains(c.extra, "mounter.enabled=false")
+					checkNodeTokens(t, name, ds.Spec.Template.Spec, nodeTokenContainers(name, holder, c.want...))
 				}
 			}
 		})
 	}
 }
 
-// rbdTokenContainers is want for the RBD node DaemonSet name and nothing for the CephFS one,
-// which never talks to the Kubernetes API.
-func rbdTokenContainers(name string, want ...string) []string {
-	if strings.Contains(name, "cephfs") {
-		return nil
+// nodeTokenContainers is want for the RBD node DaemonSet name; for the CephFS one the plugin
+// with a mount holder (it records an Event on its Node when the holder is older), else nothing.
+func nodeTokenContainers(name string, holder bool, want ...string) []string {
+	switch {
+	case !strings.Contains(name, "cephfs"):
+		return want
+	case holder:
+		return []string{"monoceph"}
 	}
-	return want
+	return nil
 }
 
 // checkNodeTokens: the pod opts out of the token for all its containers and exactly the

@@ -220,6 +220,8 @@ func (d *Driver) nodeServer() (csi.NodeServer, error) {
 			ResolveCephCSIShallow: resolver.Snapshot}
 		if d.holderClient != nil {
 			opts.FuseMounter = d.holderClient.CephFS(cephfsmount.NewFuse(hostexec.New(op), op/2))
+			// an older holder degrades fencing on this node: an Event on the Node says so
+			d.holderGauges.reportToAPI(d.cfg.SnapshotMetadata.Kubeconfig, d.cfg.DriverName+"-node", d.cfg.NodeID)
 		}
 		ns, err := cephfsnode.New(opts)
 		if err == nil {
@@ -326,6 +328,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		d.snapTLS.Shutdown(d.cfg.ShutdownGrace)
 	}
 	wg.Wait()
+	if d.holderGauges != nil {
+		d.holderGauges.close()
+	}
 	d.pool.Close()
 	klog.InfoS("Stopped")
 	return runErr

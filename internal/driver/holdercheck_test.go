@@ -1,11 +1,18 @@
 package driver
 
 import (
+	"context"
+	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/monoceph/monoceph/internal/mounter"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // TestHolderGauges: a node plugin that meets an older holder (no features announced) says so
@@ -31,5 +38,85 @@ func TestHolderGauges(t *testing.T) {
 		if got := testutil.ToFloat64(g.mismatch); got != c.mismatch {
 			t.Errorf("%s: version_mismatch = %v, want %v", c.name, got, c.mismatch)
 		}
+	}
+}
+
+// TestHolderEvents: a CephFS node plugin records a Warning Event on its Node for each holder
+// it meets that lacks cephfs.node (once per holder, however often it is observed), and none
+// for a holder with the feature or for an RBD node plugin.
+func TestHolderEvents(t *testing.T) {
+	holder := func(instance, version string, features ...string) mounter.Info {
+		return mounter.Info{Version: 1, Type: "cephfs", Instance: instance, Binary: version, Features: features}
+	}
+	current := func(instance string) mounter.Info { return holder(instance, "v2", mounter.FeatureCephFSNode) }
+	older := func(instance string) mounter.Info { return holder(instance, "v1") }
+	for _, c := range []struct {
+		name    string
+		typ     string
+		holders []mounter.Info
+		want    []string // the instances an Event names, in order
+	}{
+		{"a current holder", "cephfs", []mounter.Info{current("a")}, nil},
+		{"an older holder", "cephfs", []mounter.Info{older("a")}, []string{"a"}},
+		{"an older holder observed twice", "cephfs", []mounter.Info{older("a"), older("a")}, []string{"a"}},
+		{"two older holders in turn", "cephfs", []mounter.Info{older("a"), older("b")}, []string{"a", "b"}},
+		{"an older holder replaced by a current one", "cephfs", []mounter.Info{older("a"), current("b")}, []string{"a"}},
+		{"a current holder replaced by an older one", "cephfs", []mounter.Info{current("a"), older("b")}, []string{"b"}},
+		{"an older RBD holder", "rbd", []mounter.Info{{Version: 1, Type: "rbd", Instance: "a", Binary: "v1"}}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kc := fake.NewClientset()
+			g := newHolderGauges(prometheus.NewRegistry())
+			g.reportTo(kc, "cephfs.monoceph.io-node", "worker-1")
+			defer g.close()
+			for _, h := range c.holders {
+				g.observe(c.typ, "v2", h)
+			}
+			// the sink writes in order: once a last older holder's Event is there, every
+			// earlier one is
+			g.observe("cephfs", "v2", older("last"))
+			want := append(slices.Clone(c.want), "last")
+			var events []corev1.Event
+			deadline := time.Now().Add(10 * time.Second)
+			for len(events) < len(want) && time.Now().Before(deadline) {
+				l, err := kc.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				events = l.Items
+				time.Sleep(10 * time.Millisecond)
+			}
+			// named <node>.<creation time in hex nanoseconds>
+			slices.SortFunc(events, func(a, b corev1.Event) int { return strings.Compare(a.Name, b.Name) })
+			var got []string
+			for _, e := range events {
+				o := e.InvolvedObject
+				if o.Kind != "Node" || o.Name != "worker-1" || e.Type != corev1.EventTypeWarning || e.Reason != ReasonCephFSFencingDegraded {
+					t.Errorf("event on %s %q, %s %s; want a Warning %s on Node worker-1", o.Kind, o.Name, e.Type, e.Reason, ReasonCephFSFencingDegraded)
+				}
+				if !strings.Contains(e.Message, "monoceph v1") || !strings.Contains(e.Message, "Update the mount holder") {
+					t.Errorf("event message %q: want the holder's version and what to do", e.Message)
+				}
+				_, rest, _ := strings.Cut(e.Message, "instance ")
+				instance, _, _ := strings.Cut(rest, ")")
+				// a repeated event is counted on the first (the recorder's correlator)
+				for range e.Count {
+					got = append(got, instance)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("events name holders %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestHolderEventsWithoutAPI: without Kubernetes API access an older holder is only logged.
+func TestHolderEventsWithoutAPI(t *testing.T) {
+	g := newHolderGauges(prometheus.NewRegistry())
+	g.observe("cephfs", "v2", mounter.Info{Version: 1, Type: "cephfs", Instance: "a", Binary: "v1"})
+	g.close()
+	if got := testutil.ToFloat64(g.missing.WithLabelValues(mounter.FeatureCephFSNode)); got != 1 {
+		t.Errorf("feature_missing{cephfs.node} = %v, want 1", got)
 	}
 }
