@@ -4,6 +4,7 @@ package chartkms
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -18,8 +19,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 )
 
 // the minimal install of the README: monitors, a cluster ID and a Ceph user
@@ -283,5 +287,29 @@ func TestChartKMSRejectsBadValues(t *testing.T) {
 				t.Errorf("--set %s: %v; want it to name %q", c.set, err, c.wantErr)
 			}
 		})
+	}
+}
+
+// TestChartKMSObjectsValidOnAPIServer creates what rbd.kms changes (the ConfigMap, the RBD
+// controller and node plugin, the Role) on a real kube-apiserver as a server-side dry run with
+// strict field validation.
+func TestChartKMSObjectsValidOnAPIServer(t *testing.T) {
+	r := render(t, "", "rbd.kms.config.a.encryptionKMSType=metadata", "rbd.kms.secretNames={tenant-a}")
+	cp := kubetest.Start(t, kubetest.Options{})
+	dyn := dynamic.NewForConfigOrDie(cp.Admin)
+	for key, gvr := range map[string]schema.GroupVersionResource{
+		"ConfigMap/r-monoceph-kms":             {Version: "v1", Resource: "configmaps"},
+		"Deployment/r-monoceph-rbd-controller": {Group: "apps", Version: "v1", Resource: "deployments"},
+		"DaemonSet/r-monoceph-rbd-node":        {Group: "apps", Version: "v1", Resource: "daemonsets"},
+		"Role/r-monoceph-rbd-controller":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	} {
+		o, ok := r[key]
+		if !ok {
+			t.Fatalf("no %s rendered", key)
+		}
+		if _, err := dyn.Resource(gvr).Namespace("default").Create(context.Background(), o,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
 	}
 }
