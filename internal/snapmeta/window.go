@@ -17,9 +17,9 @@ type window struct {
 }
 
 // volumeWindow reads the window of the image img, rawSize bytes at its snapshot. The
-// encryption state is the image's metadata, not the snapshot's; the header's size never
-// changes over the image's life (a key rotation rewrites key slots in place), so today's value
-// is the snapshot's.
+// encryption state is the image's metadata, not the snapshot's; the header's size is fixed
+// when the image is formatted (a clone reads its parent's header and inherits its metadata),
+// so today's value is the snapshot's.
 func volumeWindow(img *snapImage, rawSize uint64) (window, error) {
 	v, ok, err := img.metadata(kms.StateKey)
 	if err != nil {
