@@ -14,7 +14,6 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
-	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
 	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
@@ -306,19 +305,18 @@ func innerStatus(err error) error {
 }
 
 func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImage, q Query, hdr *Header, msgs chan<- []Extent) error {
-	size, err := img.size()
+	rawSize, err := img.size()
 	if err != nil {
 		return err
 	}
-	// the offsets would be the raw image's, LUKS header included, not the volume's
-	if enc, err := img.hasMetadata(kms.StateKey); err != nil || enc {
-		if err != nil {
-			return err
-		}
-		return status.Errorf(codes.FailedPrecondition, "changed block tracking of encrypted volumes is not supported yet: the offsets would be the image's, LUKS2 header included, not the volume's")
+	// an encrypted volume's offsets, starting_offset and capacity are the volume's, not the
+	// image's: its LUKS header is no data
+	win, err := volumeWindow(img, rawSize)
+	if err != nil {
+		return err
 	}
-	if uint64(q.StartingOffset) >= size {
-		return status.Errorf(codes.OutOfRange, "starting_offset %d is not below the volume size %d", q.StartingOffset, size)
+	if q.StartingOffset >= win.size {
+		return status.Errorf(codes.OutOfRange, "starting_offset %d is not below the volume size %d", q.StartingOffset, win.size)
 	}
 	var from fromSnap
 	if q.Base != nil {
@@ -330,7 +328,7 @@ func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImag
 	if err != nil {
 		return err
 	}
-	*hdr = Header{Style: e.opts.Style, Capacity: int64(size), BlockSize: int64(unit)}
+	*hdr = Header{Style: e.opts.Style, Capacity: win.size, BlockSize: int64(unit)}
 
 	var stopped atomic.Bool
 	stop := context.AfterFunc(ctx, func() { stopped.Store(true) })
@@ -348,10 +346,10 @@ func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImag
 		mu    sync.Mutex // librbd serialises its callbacks today; this keeps us correct if not
 		cbErr error
 	)
-	begin := uint64(asm.start)
+	begin := uint64(win.raw(asm.start))
 	// an allocated query reports data only; a delta also reports ranges that became holes
 	// (discards), since they changed
-	err = img.diff(from, begin, size-begin, q.Base == nil, func(pairs []uint64) int {
+	err = img.diff(from, begin, rawSize-begin, q.Base == nil, func(pairs []uint64) int {
 		e.callbacks.Add(int64(len(pairs) / 2))
 		if stopped.Load() {
 			return errStopped
@@ -359,7 +357,9 @@ func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImag
 		mu.Lock()
 		defer mu.Unlock()
 		for i := 0; i+1 < len(pairs) && cbErr == nil; i += 2 {
-			cbErr = asm.add(int64(pairs[i]), int64(pairs[i+1]))
+			if off, n, ok := win.toVolume(int64(pairs[i]), int64(pairs[i+1])); ok {
+				cbErr = asm.add(off, n)
+			}
 		}
 		if cbErr != nil {
 			return errStopped

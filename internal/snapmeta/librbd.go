@@ -146,20 +146,29 @@ func (s *snapImage) size() (uint64, error) {
 	return uint64(v), err
 }
 
-// hasMetadata reports whether the image has the metadata key (librbd's metadata is the image's,
-// not the snapshot's).
-func (s *snapImage) hasMetadata(key string) (bool, error) {
+// metadata reads the image's metadata key; ok is false when it is not set. librbd's metadata
+// is the image's, not the snapshot's: an image open at a snapshot reads today's value.
+func (s *snapImage) metadata(key string) (v string, ok bool, err error) {
 	ckey := C.CString(key)
 	defer C.free(unsafe.Pointer(ckey))
-	var n C.size_t // no room for the value: ERANGE says it is there
-	switch ret := C.rbd_metadata_get(s.img, ckey, nil, &n); {
-	case ret == -C.ERANGE || ret >= 0:
-		return true, nil
-	case ret == -C.ENOENT:
-		return false, nil
-	default:
-		return false, rbdErr(ret)
+	n := C.size_t(256) // ERANGE sets n to the room the value needs
+	for range 3 {      // the value may grow between the two calls
+		buf := (*C.char)(C.malloc(n))
+		ret := C.rbd_metadata_get(s.img, ckey, buf, &n)
+		if ret >= 0 {
+			v = C.GoString(buf)
+		}
+		C.free(unsafe.Pointer(buf))
+		switch {
+		case ret >= 0:
+			return v, true, nil
+		case ret == -C.ENOENT:
+			return "", false, nil
+		case ret != -C.ERANGE:
+			return "", false, rbdErr(ret)
+		}
 	}
+	return "", false, rbdError(-C.ERANGE)
 }
 
 func (s *snapImage) stripeUnit() (uint64, error) {

@@ -39,6 +39,31 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The ConfigMap of the RBD KMS configuration and its key, as "name/key"; empty when
+     neither rbd.kms.config nor rbd.kms.existingConfigMap is set (only the default provider). */}}
+{{- define "monoceph.kmsConfigMap" -}}
+{{- $k := .Values.rbd.kms -}}
+{{- if and $k.config $k.existingConfigMap -}}
+{{- fail "rbd.kms: set config or existingConfigMap, not both" -}}
+{{- else if $k.config -}}
+{{ include "monoceph.fullname" . }}-kms/config.json
+{{- else if $k.existingConfigMap -}}
+{{ $k.existingConfigMap }}/{{ $k.existingConfigMapKey | default "config.json" }}
+{{- end -}}
+{{- end -}}
+
+{{/* The volume of the KMS configuration, its key as config.json (ConfigMap names and keys
+     hold no "/"). */}}
+{{- define "monoceph.kmsVolume" -}}
+{{- $ref := include "monoceph.kmsConfigMap" . | splitList "/" -}}
+- name: kms-config
+  configMap:
+    name: {{ first $ref }}
+    items:
+      - key: {{ last $ref }}
+        path: config.json
+{{- end -}}
+
 {{- define "monoceph.clusterMapName" -}}
 {{ include "monoceph.fullname" . }}-clusters
 {{- end -}}

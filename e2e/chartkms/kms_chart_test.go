@@ -1,0 +1,315 @@
+// Package chartkms tests the Helm chart's KMS settings (rbd.kms): the configuration file the
+// RBD plugins are pointed at is rendered, mounted and parsed back by the driver's own parser.
+package chartkms
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/monoceph/monoceph/internal/kms"
+	"github.com/monoceph/monoceph/internal/kubetest"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+// the minimal install of the README: monitors, a cluster ID and a Ceph user
+var minimal = []string{"--set", "cluster.id=prod", "--set", "cluster.monitors={10.0.0.1:6789}", "--set", "cephUser.id=kubernetes",
+	"--set", "cephUser.key=AQBs3w1oAAAAABAAwmQYHKlKvZx2g3g4ywLLTw=="}
+
+// helm runs the helm binary make built (as e2e/kube's chart tests do).
+func helm(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	bin := os.Getenv("MONOCEPH_E2E_BIN")
+	if bin == "" {
+		if os.Getenv("MONOCEPH_E2E") == "1" {
+			t.Fatal("MONOCEPH_E2E=1 but MONOCEPH_E2E_BIN is unset: run make e2e")
+		}
+		t.Skip("chart tests: run make e2e (needs helm built by make)")
+	}
+	cmd := exec.Command(filepath.Join(bin, "helm"), args...)
+	cmd.Dir = "../.."
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return out.String(), err
+}
+
+// rendered is one `helm template` output, by kind and name.
+type rendered map[string]*unstructured.Unstructured
+
+func render(t *testing.T, values string, set ...string) rendered {
+	t.Helper()
+	args := append([]string{"template", "r", "charts/monoceph"}, minimal...)
+	if values != "" {
+		f := filepath.Join(t.TempDir(), "values.yaml")
+		if err := os.WriteFile(f, []byte(values), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-f", f)
+	}
+	for _, s := range set {
+		args = append(args, "--set", s)
+	}
+	out, err := helm(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rendered{}
+	for _, o := range kubetest.Objects(t, "helm template", []byte(out)) {
+		r[o.GetKind()+"/"+o.GetName()] = o
+	}
+	return r
+}
+
+func get[T any](t *testing.T, r rendered, key string) *T {
+	t.Helper()
+	o, ok := r[key]
+	if !ok {
+		t.Fatalf("no %s rendered", key)
+	}
+	v := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, v); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	return v
+}
+
+// kmsFile follows the monoceph container's --kms-config flag to the file's content: its mount,
+// the pod's volume, the ConfigMap and the key behind that file. ok is false without the flag.
+func kmsFile(t *testing.T, r rendered, what string, pod corev1.PodSpec) (content string, cm string, ok bool) {
+	t.Helper()
+	i := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "monoceph" })
+	if i < 0 {
+		t.Fatalf("%s has no monoceph container", what)
+	}
+	c := pod.Containers[i]
+	var file string
+	for _, a := range c.Args {
+		if f, found := strings.CutPrefix(a, "--kms-config="); found {
+			file = f
+		}
+	}
+	if file == "" {
+		return "", "", false
+	}
+	var vol string
+	for _, m := range c.VolumeMounts {
+		if path.Dir(file) == path.Clean(m.MountPath) {
+			if !m.ReadOnly {
+				t.Errorf("%s mounts %s writable", what, m.MountPath)
+			}
+			vol = m.Name
+		}
+	}
+	if vol == "" {
+		t.Fatalf("%s: --kms-config=%s is in no mount of the container", what, file)
+	}
+	j := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == vol })
+	if j < 0 || pod.Volumes[j].ConfigMap == nil {
+		t.Fatalf("%s: volume %s of --kms-config=%s is no ConfigMap", what, vol, file)
+	}
+	src := pod.Volumes[j].ConfigMap
+	key := path.Base(file)
+	if len(src.Items) > 0 {
+		k := slices.IndexFunc(src.Items, func(it corev1.KeyToPath) bool { return it.Path == path.Base(file) })
+		if k < 0 {
+			t.Fatalf("%s: ConfigMap %s has no item at %s", what, src.Name, path.Base(file))
+		}
+		key = src.Items[k].Key
+	}
+	if o, ok := r["ConfigMap/"+src.Name]; ok {
+		content, _, _ = unstructured.NestedString(o.Object, "data", key)
+		if content == "" {
+			t.Fatalf("%s: ConfigMap %s has no key %s", what, src.Name, key)
+		}
+	}
+	return content, src.Name + "/" + key, true
+}
+
+func pods(t *testing.T, r rendered) map[string]corev1.PodSpec {
+	t.Helper()
+	return map[string]corev1.PodSpec{
+		"rbd controller":    get[appsv1.Deployment](t, r, "Deployment/r-monoceph-rbd-controller").Spec.Template.Spec,
+		"rbd node plugin":   get[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Spec,
+		"cephfs controller": get[appsv1.Deployment](t, r, "Deployment/r-monoceph-cephfs-controller").Spec.Template.Spec,
+		"cephfs node":       get[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-cephfs-node").Spec.Template.Spec,
+	}
+}
+
+// secretRules are the rules of every Role and ClusterRole that reach Secrets.
+func secretRules(t *testing.T, r rendered) map[string][]rbacv1.PolicyRule {
+	t.Helper()
+	out := map[string][]rbacv1.PolicyRule{}
+	for key, o := range r {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		for _, rule := range get[rbacv1.Role](t, r, key).Rules {
+			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
+				out[key] = append(out[key], rule)
+			}
+		}
+	}
+	return out
+}
+
+// TestChartKMSConfig: rbd.kms.config, written as the README's values example (an entry as an
+// object and one as ceph-csi's ConfigMap string), reaches the RBD controller and node plugins
+// as the file --kms-config names, mounted read-only, and the driver's parser reads the entries
+// back; CephFS pods get none; rbd.kms.secretNames become a rule by name only.
+func TestChartKMSConfig(t *testing.T) {
+	r := render(t, `rbd:
+  kms:
+    config:
+      per-volume-keys: {encryptionKMSType: metadata}
+      vault-kv: {encryptionKMSType: vaulttokens, vaultAddress: "https://vault:8200", vaultBackendPath: secret/}
+      vault-kms: '{"encryptionKMSType":"vaulttransit","vaultAddress":"https://vault:8200","vaultTransitKey":"ceph-csi"}'
+    secretNames: [tenant-a, tenant-a]
+`)
+	want := map[string]string{"per-volume-keys": kms.TypeMetadata, "vault-kv": kms.TypeVaultTokens, "vault-kms": kms.TypeVaultTransit}
+	for what, pod := range pods(t, r) {
+		content, cm, ok := kmsFile(t, r, what, pod)
+		if strings.HasPrefix(what, "cephfs") {
+			if ok {
+				t.Errorf("%s is given a KMS configuration (%s): CephFS has no encryption", what, cm)
+			}
+			continue
+		}
+		if !ok {
+			t.Errorf("%s has no --kms-config", what)
+			continue
+		}
+		c, err := kms.Parse([]byte(content))
+		if err != nil {
+			t.Fatalf("%s: the driver refuses its KMS configuration (%s): %v\n%s", what, cm, err, content)
+		}
+		if ids := c.IDs(); !slices.Equal(ids, []string{"per-volume-keys", "vault-kms", "vault-kv"}) {
+			t.Errorf("%s: KMS IDs %v", what, ids)
+		}
+		for id, typ := range want {
+			if got, err := c.Provider(id); err != nil || got != typ {
+				t.Errorf("%s: KMS %s is %q (%v), want %q", what, id, got, err, typ)
+			}
+		}
+	}
+	if _, ok := get[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Annotations["checksum/kms"]; !ok {
+		t.Error("the RBD node plugin's pods do not change with the KMS configuration they read at start")
+	}
+
+	rules := secretRules(t, r)
+	var names []string
+	for key, rs := range rules {
+		for _, rule := range rs {
+			if len(rule.ResourceNames) == 0 {
+				t.Errorf("%s reaches every Secret: %+v", key, rule)
+			}
+			if key == "Role/r-monoceph-rbd-controller" {
+				names = append(names, rule.ResourceNames...)
+			}
+		}
+	}
+	if !slices.Contains(names, "tenant-a") {
+		t.Errorf("the RBD controller may read Secrets %v, want tenant-a among them", names)
+	}
+	if n := slices.Index(names, "tenant-a"); slices.Contains(names[n+1:], "tenant-a") {
+		t.Errorf("tenant-a listed twice: %v", names)
+	}
+	for key, rs := range rules {
+		for _, rule := range rs {
+			if key != "Role/r-monoceph-rbd-controller" && slices.Contains(rule.ResourceNames, "tenant-a") {
+				t.Errorf("%s may read tenant-a too", key)
+			}
+		}
+	}
+}
+
+// TestChartKMSNone: without rbd.kms nothing is rendered for it: no flag, no ConfigMap, no rule.
+func TestChartKMSNone(t *testing.T) {
+	r := render(t, "")
+	for what, pod := range pods(t, r) {
+		if _, cm, ok := kmsFile(t, r, what, pod); ok {
+			t.Errorf("%s is given a KMS configuration (%s)", what, cm)
+		}
+	}
+	if _, ok := r["ConfigMap/r-monoceph-kms"]; ok {
+		t.Error("ConfigMap r-monoceph-kms rendered without rbd.kms.config")
+	}
+}
+
+// TestChartKMSExistingConfigMap: a ConfigMap made outside the chart (ceph-csi's
+// ceph-csi-encryption-kms-config) is mounted with its key as the file --kms-config names.
+func TestChartKMSExistingConfigMap(t *testing.T) {
+	r := render(t, "", "rbd.kms.existingConfigMap=ceph-csi-encryption-kms-config", "rbd.kms.existingConfigMapKey=kms.json")
+	for _, what := range []string{"rbd controller", "rbd node plugin"} {
+		if _, cm, ok := kmsFile(t, r, what, pods(t, r)[what]); !ok || cm != "ceph-csi-encryption-kms-config/kms.json" {
+			t.Errorf("%s reads %q (%v), want ceph-csi-encryption-kms-config/kms.json", what, cm, ok)
+		}
+	}
+	if _, ok := r["ConfigMap/r-monoceph-kms"]; ok {
+		t.Error("ConfigMap r-monoceph-kms rendered beside an existing one")
+	}
+}
+
+// TestChartKMSRejectsBadValues: what the driver would refuse at start stops the install,
+// naming the field.
+func TestChartKMSRejectsBadValues(t *testing.T) {
+	for _, c := range []struct{ name, set, wantErr string }{
+		{"entry without a provider", "rbd.kms.config.a.vaultAddress=x", "at '/rbd/kms/config/a'"},
+		{"reserved KMS ID", "rbd.kms.config.default.encryptionKMSType=metadata", "invalid propertyName 'default'"},
+		{"entry that is a number", "rbd.kms.config.a=1", "at '/rbd/kms/config/a'"},
+		{"both sources", "rbd.kms.config.a.encryptionKMSType=metadata,rbd.kms.existingConfigMap=x", "rbd.kms: set config or existingConfigMap, not both"},
+		{"secret name that is no name", "rbd.kms.secretNames={A_B}", "at '/rbd/kms/secretNames/0'"},
+		{"misspelt key", "rbd.kms.configs.a.encryptionKMSType=metadata", "'configs' not allowed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := helm(t, append(append([]string{"template", "x", "charts/monoceph"}, minimal...), "--set", c.set)...)
+			if err == nil {
+				t.Fatalf("--set %s rendered:\n%.300s", c.set, out)
+			}
+			if !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("--set %s: %v; want it to name %q", c.set, err, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestChartKMSObjectsValidOnAPIServer creates what rbd.kms changes (the ConfigMap, the RBD
+// controller and node plugin, the Role) on a real kube-apiserver as a server-side dry run with
+// strict field validation.
+func TestChartKMSObjectsValidOnAPIServer(t *testing.T) {
+	r := render(t, "", "rbd.kms.config.a.encryptionKMSType=metadata", "rbd.kms.secretNames={tenant-a}")
+	cp := kubetest.Start(t, kubetest.Options{})
+	dyn := dynamic.NewForConfigOrDie(cp.Admin)
+	for key, gvr := range map[string]schema.GroupVersionResource{
+		"ConfigMap/r-monoceph-kms":             {Version: "v1", Resource: "configmaps"},
+		"Deployment/r-monoceph-rbd-controller": {Group: "apps", Version: "v1", Resource: "deployments"},
+		"DaemonSet/r-monoceph-rbd-node":        {Group: "apps", Version: "v1", Resource: "daemonsets"},
+		"Role/r-monoceph-rbd-controller":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
+	} {
+		o, ok := r[key]
+		if !ok {
+			t.Fatalf("no %s rendered", key)
+		}
+		if _, err := dyn.Resource(gvr).Namespace("default").Create(context.Background(), o,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}
