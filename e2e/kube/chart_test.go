@@ -59,6 +59,18 @@ func sets(values ...string) []string {
 	return args
 }
 
+// checkRejected: helm template with the minimal values and set fails, its error naming wantErr.
+func checkRejected(t *testing.T, set, wantErr string) {
+	t.Helper()
+	out, err := helmCmd(t, append([]string{"template", "x", "charts/monoceph"}, withMinimal(set)...)...)
+	if err == nil {
+		t.Fatalf("--set %s rendered:\n%.300s", set, out)
+	}
+	if !strings.Contains(err.Error(), wantErr) {
+		t.Errorf("--set %s: %v; want it to name %q", set, err, wantErr)
+	}
+}
+
 func TestChartLint(t *testing.T) {
 	for _, extra := range [][]string{nil, {"rbd.snapshotMetadata.enabled=true", "rbd.csiAddons.enabled=true", "cephfs.csiAddons.enabled=true",
 		"controller.fenceNodeNetworks={10.20.0.0/16,2001:db8::/64}"}} {
@@ -104,16 +116,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{"group snapshot class without group snapshots", "rbd.groupSnapshotClass.create=true", "rbd.groupSnapshotClass.create needs groupSnapshots.enabled"},
 		{"group snapshot class deletion policy", "groupSnapshots.enabled=true,cephfs.groupSnapshotClass.deletionPolicy=Keep", "at '/cephfs/groupSnapshotClass/deletionPolicy'"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"template", "x", "charts/monoceph"}, withMinimal(c.set)...)
-			out, err := helmCmd(t, args...)
-			if err == nil {
-				t.Fatalf("--set %s rendered:\n%.300s", c.set, out)
-			}
-			if !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("--set %s: %v; want it to name %q", c.set, err, c.wantErr)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { checkRejected(t, c.set, c.wantErr) })
 	}
 }
 
