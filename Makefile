@@ -308,7 +308,7 @@ e2e: e2e-tools image
 	@$(CEPH_ENV) && export GOFLAGS="-tags=$(HOST_CEPH) -buildvcs=false" MONOCEPH_INTEGRATION=1 MONOCEPH_E2E=1 MONOCEPH_E2E_BIN=$(CURDIR)/$(BIN) \
 	  MONOCEPH_KUBE_APISERVER_BIN=$(CURDIR)/$(BIN)/kube-apiserver MONOCEPH_ETCD_BIN=$(CURDIR)/$(BIN)/etcd \
 	  MONOCEPH_KUBE_CONTROLLER_MANAGER_BIN=$(CURDIR)/$(BIN)/kube-controller-manager && \
-	  $(GUARD) go test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/kube/ ./e2e/chartkms/ 2>&1 | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
+	  $(GUARD) go test -count=1 -v -timeout $(E2E_TIMEOUT) ./e2e/kube/ 2>&1 | grep -vE '^[IEW][0-9]{4} ' ; test $${PIPESTATUS[0]} -eq 0
 
 # Other Ceph releases, one cluster at a time: they share the ports (CEPH_MON_V2_PORT, ...), and
 # a cluster keeps its release, so each lives in a directory of its own: CEPH_DIR-<release>

@@ -1,13 +1,8 @@
-// Package chartkms tests the Helm chart's KMS settings (rbd.kms): the configuration file the
-// RBD plugins are pointed at is rendered, mounted and parsed back by the driver's own parser.
-package chartkms
+package kube
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
@@ -22,41 +17,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 )
 
-// the minimal install of the README: monitors, a cluster ID and a Ceph user
-var minimal = []string{"--set", "cluster.id=prod", "--set", "cluster.monitors={10.0.0.1:6789}", "--set", "cephUser.id=kubernetes",
-	"--set", "cephUser.key=AQBs3w1oAAAAABAAwmQYHKlKvZx2g3g4ywLLTw=="}
+// Tests of the chart's KMS settings (rbd.kms): the configuration file the RBD plugins are
+// pointed at is rendered, mounted and parsed back by the driver's own parser.
 
-// helm runs the helm binary make built (as e2e/kube's chart tests do).
-func helm(t *testing.T, args ...string) (string, error) {
+// chartObjects is one helm template output, by kind and name ("Deployment/r-monoceph-rbd-controller").
+type chartObjects map[string]*unstructured.Unstructured
+
+// renderedObjects is helm template of the chart with the minimal values, the values file
+// values (unless empty) and extra.
+func renderedObjects(t *testing.T, values string, extra ...string) chartObjects {
 	t.Helper()
-	bin := os.Getenv("MONOCEPH_E2E_BIN")
-	if bin == "" {
-		if os.Getenv("MONOCEPH_E2E") == "1" {
-			t.Fatal("MONOCEPH_E2E=1 but MONOCEPH_E2E_BIN is unset: run make e2e")
-		}
-		t.Skip("chart tests: run make e2e (needs helm built by make)")
-	}
-	cmd := exec.Command(filepath.Join(bin, "helm"), args...)
-	cmd.Dir = "../.."
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	err := cmd.Run()
-	if err != nil {
-		err = fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return out.String(), err
-}
-
-// rendered is one `helm template` output, by kind and name.
-type rendered map[string]*unstructured.Unstructured
-
-func render(t *testing.T, values string, set ...string) rendered {
-	t.Helper()
-	args := append([]string{"template", "r", "charts/monoceph"}, minimal...)
+	args := []string{"template", "r", "charts/monoceph"}
 	if values != "" {
 		f := filepath.Join(t.TempDir(), "values.yaml")
 		if err := os.WriteFile(f, []byte(values), 0o600); err != nil {
@@ -64,21 +39,19 @@ func render(t *testing.T, values string, set ...string) rendered {
 		}
 		args = append(args, "-f", f)
 	}
-	for _, s := range set {
-		args = append(args, "--set", s)
-	}
-	out, err := helm(t, args...)
+	out, err := helmCmd(t, append(args, withMinimal(extra...)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := rendered{}
+	r := chartObjects{}
 	for _, o := range kubetest.Objects(t, "helm template", []byte(out)) {
 		r[o.GetKind()+"/"+o.GetName()] = o
 	}
 	return r
 }
 
-func get[T any](t *testing.T, r rendered, key string) *T {
+// renderedAs is the object key of r as a T.
+func renderedAs[T any](t *testing.T, r chartObjects, key string) *T {
 	t.Helper()
 	o, ok := r[key]
 	if !ok {
@@ -93,13 +66,9 @@ func get[T any](t *testing.T, r rendered, key string) *T {
 
 // kmsFile follows the monoceph container's --kms-config flag to the file's content: its mount,
 // the pod's volume, the ConfigMap and the key behind that file. ok is false without the flag.
-func kmsFile(t *testing.T, r rendered, what string, pod corev1.PodSpec) (content string, cm string, ok bool) {
+func kmsFile(t *testing.T, r chartObjects, what string, pod corev1.PodSpec) (content string, cm string, ok bool) {
 	t.Helper()
-	i := slices.IndexFunc(pod.Containers, func(c corev1.Container) bool { return c.Name == "monoceph" })
-	if i < 0 {
-		t.Fatalf("%s has no monoceph container", what)
-	}
-	c := pod.Containers[i]
+	c := container(t, pod, "monoceph")
 	var file string
 	for _, a := range c.Args {
 		if f, found := strings.CutPrefix(a, "--kms-config="); found {
@@ -143,25 +112,26 @@ func kmsFile(t *testing.T, r rendered, what string, pod corev1.PodSpec) (content
 	return content, src.Name + "/" + key, true
 }
 
-func pods(t *testing.T, r rendered) map[string]corev1.PodSpec {
+// kmsPods are the pod specs of the controllers and node plugins, by what they are.
+func kmsPods(t *testing.T, r chartObjects) map[string]corev1.PodSpec {
 	t.Helper()
 	return map[string]corev1.PodSpec{
-		"rbd controller":    get[appsv1.Deployment](t, r, "Deployment/r-monoceph-rbd-controller").Spec.Template.Spec,
-		"rbd node plugin":   get[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Spec,
-		"cephfs controller": get[appsv1.Deployment](t, r, "Deployment/r-monoceph-cephfs-controller").Spec.Template.Spec,
-		"cephfs node":       get[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-cephfs-node").Spec.Template.Spec,
+		"rbd controller":    renderedAs[appsv1.Deployment](t, r, "Deployment/r-monoceph-rbd-controller").Spec.Template.Spec,
+		"rbd node plugin":   renderedAs[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Spec,
+		"cephfs controller": renderedAs[appsv1.Deployment](t, r, "Deployment/r-monoceph-cephfs-controller").Spec.Template.Spec,
+		"cephfs node":       renderedAs[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-cephfs-node").Spec.Template.Spec,
 	}
 }
 
 // secretRules are the rules of every Role and ClusterRole that reach Secrets.
-func secretRules(t *testing.T, r rendered) map[string][]rbacv1.PolicyRule {
+func secretRules(t *testing.T, r chartObjects) map[string][]rbacv1.PolicyRule {
 	t.Helper()
 	out := map[string][]rbacv1.PolicyRule{}
 	for key, o := range r {
 		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
 			continue
 		}
-		for _, rule := range get[rbacv1.Role](t, r, key).Rules {
+		for _, rule := range renderedAs[rbacv1.Role](t, r, key).Rules {
 			if slices.Contains(rule.Resources, "secrets") || slices.Contains(rule.Resources, "*") {
 				out[key] = append(out[key], rule)
 			}
@@ -175,7 +145,7 @@ func secretRules(t *testing.T, r rendered) map[string][]rbacv1.PolicyRule {
 // as the file --kms-config names, mounted read-only, and the driver's parser reads the entries
 // back; CephFS pods get none; rbd.kms.secretNames become a rule by name only.
 func TestChartKMSConfig(t *testing.T) {
-	r := render(t, `rbd:
+	r := renderedObjects(t, `rbd:
   kms:
     config:
       per-volume-keys: {encryptionKMSType: metadata}
@@ -184,7 +154,7 @@ func TestChartKMSConfig(t *testing.T) {
     secretNames: [tenant-a, tenant-a]
 `)
 	want := map[string]string{"per-volume-keys": kms.TypeMetadata, "vault-kv": kms.TypeVaultTokens, "vault-kms": kms.TypeVaultTransit}
-	for what, pod := range pods(t, r) {
+	for what, pod := range kmsPods(t, r) {
 		content, cm, ok := kmsFile(t, r, what, pod)
 		if strings.HasPrefix(what, "cephfs") {
 			if ok {
@@ -209,7 +179,7 @@ func TestChartKMSConfig(t *testing.T) {
 			}
 		}
 	}
-	if _, ok := get[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Annotations["checksum/kms"]; !ok {
+	if _, ok := renderedAs[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Annotations["checksum/kms"]; !ok {
 		t.Error("the RBD node plugin's pods do not change with the KMS configuration they read at start")
 	}
 
@@ -242,8 +212,8 @@ func TestChartKMSConfig(t *testing.T) {
 
 // TestChartKMSNone: without rbd.kms nothing is rendered for it: no flag, no ConfigMap, no rule.
 func TestChartKMSNone(t *testing.T) {
-	r := render(t, "")
-	for what, pod := range pods(t, r) {
+	r := renderedObjects(t, "")
+	for what, pod := range kmsPods(t, r) {
 		if _, cm, ok := kmsFile(t, r, what, pod); ok {
 			t.Errorf("%s is given a KMS configuration (%s)", what, cm)
 		}
@@ -256,9 +226,9 @@ func TestChartKMSNone(t *testing.T) {
 // TestChartKMSExistingConfigMap: a ConfigMap made outside the chart (ceph-csi's
 // ceph-csi-encryption-kms-config) is mounted with its key as the file --kms-config names.
 func TestChartKMSExistingConfigMap(t *testing.T) {
-	r := render(t, "", "rbd.kms.existingConfigMap=ceph-csi-encryption-kms-config", "rbd.kms.existingConfigMapKey=kms.json")
+	r := renderedObjects(t, "", "rbd.kms.existingConfigMap=ceph-csi-encryption-kms-config", "rbd.kms.existingConfigMapKey=kms.json")
 	for _, what := range []string{"rbd controller", "rbd node plugin"} {
-		if _, cm, ok := kmsFile(t, r, what, pods(t, r)[what]); !ok || cm != "ceph-csi-encryption-kms-config/kms.json" {
+		if _, cm, ok := kmsFile(t, r, what, kmsPods(t, r)[what]); !ok || cm != "ceph-csi-encryption-kms-config/kms.json" {
 			t.Errorf("%s reads %q (%v), want ceph-csi-encryption-kms-config/kms.json", what, cm, ok)
 		}
 	}
@@ -278,15 +248,7 @@ func TestChartKMSRejectsBadValues(t *testing.T) {
 		{"secret name that is no name", "rbd.kms.secretNames={A_B}", "at '/rbd/kms/secretNames/0'"},
 		{"misspelt key", "rbd.kms.configs.a.encryptionKMSType=metadata", "'configs' not allowed"},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			out, err := helm(t, append(append([]string{"template", "x", "charts/monoceph"}, minimal...), "--set", c.set)...)
-			if err == nil {
-				t.Fatalf("--set %s rendered:\n%.300s", c.set, out)
-			}
-			if !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("--set %s: %v; want it to name %q", c.set, err, c.wantErr)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { checkRejected(t, c.set, c.wantErr) })
 	}
 }
 
@@ -294,20 +256,16 @@ func TestChartKMSRejectsBadValues(t *testing.T) {
 // controller and node plugin, the Role) on a real kube-apiserver as a server-side dry run with
 // strict field validation.
 func TestChartKMSObjectsValidOnAPIServer(t *testing.T) {
-	r := render(t, "", "rbd.kms.config.a.encryptionKMSType=metadata", "rbd.kms.secretNames={tenant-a}")
+	r := renderedObjects(t, "", "rbd.kms.config.a.encryptionKMSType=metadata", "rbd.kms.secretNames={tenant-a}")
 	cp := kubetest.Start(t, kubetest.Options{})
-	dyn := dynamic.NewForConfigOrDie(cp.Admin)
-	for key, gvr := range map[string]schema.GroupVersionResource{
-		"ConfigMap/r-monoceph-kms":             {Version: "v1", Resource: "configmaps"},
-		"Deployment/r-monoceph-rbd-controller": {Group: "apps", Version: "v1", Resource: "deployments"},
-		"DaemonSet/r-monoceph-rbd-node":        {Group: "apps", Version: "v1", Resource: "daemonsets"},
-		"Role/r-monoceph-rbd-controller":       {Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"},
-	} {
+	res := newResources(kubernetes.NewForConfigOrDie(cp.Admin).Discovery(), dynamic.NewForConfigOrDie(cp.Admin))
+	for _, key := range []string{"ConfigMap/r-monoceph-kms", "Deployment/r-monoceph-rbd-controller", "DaemonSet/r-monoceph-rbd-node",
+		"Role/r-monoceph-rbd-controller"} {
 		o, ok := r[key]
 		if !ok {
 			t.Fatalf("no %s rendered", key)
 		}
-		if _, err := dyn.Resource(gvr).Namespace("default").Create(context.Background(), o,
+		if _, err := res.of(t, o, "default").Create(context.Background(), o,
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}); err != nil {
 			t.Errorf("%s: %v", key, err)
 		}
