@@ -35,10 +35,10 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
 	}
-	if vid.csi != nil {
-		return c.deleteCSIVolume(ctx, req, *vid.csi)
+	if vid.CSI != nil {
+		return c.deleteCSIVolume(ctx, req, *vid.CSI)
 	}
-	id := vid.mono
+	id := vid.Own
 	cl, err := c.idCluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err

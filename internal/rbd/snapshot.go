@@ -44,8 +44,8 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
-	srcCluster := sid.clusterID()
-	if cl, err := c.Clusters.RBDCluster(srcCluster); err == nil && sid.csi == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
+	srcCluster := sid.ClusterID()
+	if cl, err := c.Clusters.RBDCluster(srcCluster); err == nil && sid.CSI == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
 		// a mirror peer's volume on this site (volume replication): its class names this site
 		srcCluster = cl.ClusterID
 	}
@@ -61,10 +61,10 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	if sid.csi != nil {
-		return c.createCSISnapshot(ctx, req, cl, *sid.csi)
+	if sid.CSI != nil {
+		return c.createCSISnapshot(ctx, req, cl, *sid.CSI)
 	}
-	src := sid.mono
+	src := sid.Own
 	p, _, err := c.locate(ctx, cl, src.PoolID, src.Namespace, req.GetSecrets())
 	if err != nil {
 		return nil, orNotFound(err, "source volume "+srcID)
@@ -208,10 +208,10 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if sid.csi != nil {
-		return c.deleteCSISnapshot(ctx, req, *sid.csi)
+	if sid.CSI != nil {
+		return c.deleteCSISnapshot(ctx, req, *sid.CSI)
 	}
-	id := sid.mono
+	id := sid.Own
 	if id.Member {
 		return c.deleteMember(ctx, id, req.GetSecrets())
 	}
@@ -270,10 +270,10 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 			return &csi.ListSnapshotsResponse{}, nil
 		}
 		keep := func(s *csi.Snapshot) bool { return s.GetSnapshotId() == want }
-		if id.csi != nil {
-			all, err = c.listCSIAt(ctx, *id.csi, req.GetSecrets(), keep)
+		if id.CSI != nil {
+			all, err = c.listCSIAt(ctx, *id.CSI, req.GetSecrets(), keep)
 		} else {
-			all, err = c.listAt(ctx, id.mono.ClusterID, id.mono.PoolID, id.mono.Namespace, req.GetSecrets(), keep)
+			all, err = c.listAt(ctx, id.Own.ClusterID, id.Own.PoolID, id.Own.Namespace, req.GetSecrets(), keep)
 		}
 	case req.GetSourceVolumeId() != "":
 		want := req.GetSourceVolumeId()
@@ -282,10 +282,10 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 			return &csi.ListSnapshotsResponse{}, nil
 		}
 		keep := func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == want }
-		if v.csi != nil {
-			all, err = c.listCSIAt(ctx, *v.csi, req.GetSecrets(), keep)
+		if v.CSI != nil {
+			all, err = c.listCSIAt(ctx, *v.CSI, req.GetSecrets(), keep)
 		} else {
-			all, err = c.listAt(ctx, v.mono.ClusterID, v.mono.PoolID, v.mono.Namespace, req.GetSecrets(), keep)
+			all, err = c.listAt(ctx, v.Own.ClusterID, v.Own.PoolID, v.Own.Namespace, req.GetSecrets(), keep)
 		}
 	default:
 		all, err = c.listEverywhere(ctx, req.GetSecrets())

@@ -49,9 +49,9 @@ type source = controller.Source[snapshotID, volumeID]
 func sourceCluster(s source) string {
 	switch {
 	case s.Snap != nil:
-		return s.Snap.clusterID()
+		return s.Snap.ClusterID()
 	case s.Vol != nil:
-		return s.Vol.clusterID()
+		return s.Vol.ClusterID()
 	}
 	return ""
 }
