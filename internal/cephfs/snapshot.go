@@ -258,13 +258,13 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listIn(ctx, id.ClusterID(), id.Location(), req.GetSecrets(), id.CSI != nil, func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
+		all, err = c.listIn(ctx, id.ClusterID(), id.Location(), req.GetSecrets(), id.IsCephCSI(), func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
 	case req.GetSourceVolumeId() != "":
 		v, perr := parseVolumeID(req.GetSourceVolumeId())
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listIn(ctx, v.ClusterID(), v.Location(), req.GetSecrets(), v.CSI != nil, func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
+		all, err = c.listIn(ctx, v.ClusterID(), v.Location(), req.GetSecrets(), v.IsCephCSI(), func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
 	default:
 		for _, cl := range c.Clusters.Map() {
 			found, lerr := c.listIn(ctx, cl.ClusterID, -1, req.GetSecrets(), true, nil)
