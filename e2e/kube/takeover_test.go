@@ -19,6 +19,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
+	"github.com/monoceph/monoceph/internal/volid"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -228,7 +229,7 @@ func (e *env) stepCephCSIProvisions(tk *takeover) {
 		{name: "fs-b", class: csiFSClass, size: "64Mi", mode: corev1.ReadWriteMany},
 	} {
 		pv := e.createPVC(c)
-		if !cephcsi.IsHandle(pv.Spec.CSI.VolumeHandle) || pv.Spec.CSI.Driver != map[string]string{csiRBDClass: csiRBDDriver, csiFSClass: csiFSDriver}[c.class] {
+		if !volid.IsHandle(pv.Spec.CSI.VolumeHandle) || pv.Spec.CSI.Driver != map[string]string{csiRBDClass: csiRBDDriver, csiFSClass: csiFSDriver}[c.class] {
 			e.t.Fatalf("PV of %s: driver %s handle %s: not ceph-csi's", c.name, pv.Spec.CSI.Driver, pv.Spec.CSI.VolumeHandle)
 		}
 		tk.pvs[c.name] = pv
@@ -246,7 +247,7 @@ func (e *env) stepCephCSIProvisions(tk *takeover) {
 	e.writeFile(filepath.Join(tk.fsRoot, tk.pvs["fs-a"].Spec.CSI.VolumeAttributes["subvolumePath"], "one"), "first")
 	tk.snaps["fs-snap-1"] = e.snapshot("fs-snap-1", "fs-a", csiFSSnapClass)
 	for name, vs := range tk.snaps {
-		if h := e.snapshotHandle(vs); !cephcsi.IsHandle(h) {
+		if h := e.snapshotHandle(vs); !volid.IsHandle(h) {
 			e.t.Fatalf("VolumeSnapshot %s: handle %s is not ceph-csi's", name, h)
 		}
 	}
@@ -413,7 +414,7 @@ func (e *env) stepTakenOverRBD(tk *takeover) {
 	}
 	// a snapshot of a ceph-csi volume is ceph-csi's in every respect
 	tk.snaps["rbd-snap-3"] = e.snapshot("rbd-snap-3", "rbd-a", csiRBDSnapClass)
-	if h := e.snapshotHandle(tk.snaps["rbd-snap-3"]); !cephcsi.IsHandle(h) {
+	if h := e.snapshotHandle(tk.snaps["rbd-snap-3"]); !volid.IsHandle(h) {
 		e.t.Errorf("monoceph's snapshot of a ceph-csi volume: handle %s, want ceph-csi's format", h)
 	}
 	// new volumes from ceph-csi's snapshot and volume are monoceph's, with the data
@@ -426,7 +427,7 @@ func (e *env) stepTakenOverRBD(tk *takeover) {
 		{restored, map[int64][]byte{0: tk.patterns[0], 8 << 20: make([]byte, len(tk.patterns[8<<20]))}},
 		{clone, tk.patterns},
 	} {
-		if cephcsi.IsHandle(c.pv.Spec.CSI.VolumeHandle) || c.pv.Spec.CSI.Driver != csiRBDDriver {
+		if volid.IsHandle(c.pv.Spec.CSI.VolumeHandle) || c.pv.Spec.CSI.Driver != csiRBDDriver {
 			e.t.Errorf("new PV %s: driver %s handle %s; want monoceph's format under ceph-csi's name", c.pv.Name, c.pv.Spec.CSI.Driver, c.pv.Spec.CSI.VolumeHandle)
 		}
 		m := e.mountPV(c.pv, false)
@@ -515,7 +516,7 @@ func (e *env) stepBackToCephCSI(tk *takeover) {
 	e.startCephCSI(tk)
 	// it restores from the snapshot monoceph made of its volume
 	back := e.createPVC(claim{name: "rbd-back", class: csiRBDClass, size: "128Mi", mode: corev1.ReadWriteOnce, block: true, fromSnapshot: "rbd-snap-3"})
-	if !cephcsi.IsHandle(back.Spec.CSI.VolumeHandle) {
+	if !volid.IsHandle(back.Spec.CSI.VolumeHandle) {
 		e.t.Fatalf("ceph-csi's restore: handle %s", back.Spec.CSI.VolumeHandle)
 	}
 	conn, err := tk.pool.Get(ctx, e.ceph.Monitors, e.ceph.Admin)

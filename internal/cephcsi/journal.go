@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/volid"
 )
 
 // Location is where a journal lives: RBD, the pool of the images and the cluster's
@@ -117,7 +118,7 @@ func dirValueUUID(v string) string {
 	if i := strings.LastIndexByte(v, '/'); i >= 0 {
 		v = v[i+1:]
 	}
-	if !uuidPattern.MatchString(v) {
+	if !volid.ValidUUID(v) {
 		return ""
 	}
 	return v

@@ -11,6 +11,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/volid"
 )
 
 // TestReadsWhatCephCSIWrote has ceph-csi create an RBD volume and a snapshot of it, and reads
@@ -44,7 +45,7 @@ func TestReadsWhatCephCSIWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	volID := vol.GetVolume().GetVolumeId()
-	h, err := cephcsi.ParseHandle(volID)
+	h, err := volid.ParseHandle(volID)
 	if err != nil {
 		t.Fatalf("ceph-csi's volume ID: %v", err)
 	}
@@ -57,7 +58,7 @@ func TestReadsWhatCephCSIWrote(t *testing.T) {
 		t.Fatal(err)
 	}
 	snapID := snap.GetSnapshot().GetSnapshotId()
-	sh, err := cephcsi.ParseHandle(snapID)
+	sh, err := volid.ParseHandle(snapID)
 	if err != nil || sh.LocationID != h.LocationID {
 		t.Fatalf("snapshot handle %q: %+v, %v", snapID, sh, err)
 	}

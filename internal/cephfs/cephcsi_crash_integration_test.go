@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
+	"github.com/monoceph/monoceph/internal/volid"
 )
 
 // cephcsiCrashChild is TestCrashChild for an op on ceph-csi's objects: it runs op on a
@@ -74,7 +75,7 @@ func TestCephCSICrashSafety(t *testing.T) {
 			name := "crash-snap-" + point
 			runChild(t, crashOp{Kind: "snapshot", Name: name, SrcVol: vol, Group: tk.group, CephCSI: true}, point)
 			id := tk.snap(t, tk.client, name, vol, nil)
-			if again := tk.snap(t, tk.client, name, vol, nil); again != id || !cephcsi.IsHandle(id) {
+			if again := tk.snap(t, tk.client, name, vol, nil); again != id || !volid.IsHandle(id) {
 				t.Fatalf("retries gave %s and %s", id, again)
 			}
 			for _, p := range []string{"cephfs.DeleteCephCSISnapshot.unreferenced", "cephfs.cephcsi-snapshot.removed"} {

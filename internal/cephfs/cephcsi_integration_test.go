@@ -15,6 +15,7 @@ import (
 	"github.com/monoceph/monoceph/internal/cephcsitest"
 	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/server"
+	"github.com/monoceph/monoceph/internal/volid"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -212,7 +213,7 @@ func TestTakeOverCephCSICephFS(t *testing.T) {
 	_, err = mc.CreateSnapshot(ctx, &csi.CreateSnapshotRequest{Name: "snap-sh", SourceVolumeId: sh1, Secrets: tk.secrets})
 	mustCode(t, err, codes.InvalidArgument, "shallow")
 	s3 := tk.snap(t, mc, "snap-3", aID, map[string]string{"clusterID": cephcsitest.ClusterID, "fsName": tk.cl.FSName})
-	if !cephcsi.IsHandle(s3) {
+	if !volid.IsHandle(s3) {
 		t.Fatalf("snapshot of a ceph-csi volume %q is not a ceph-csi handle", s3)
 	}
 	if again := tk.snap(t, mc, "snap-3", aID, nil); again != s3 {
@@ -246,7 +247,7 @@ func TestTakeOverCephCSICephFS(t *testing.T) {
 	c := createWith(t, mc, tk.req("pvc-c", 32*mib, rwx, volSource(aID)))
 	d := createWith(t, mc, tk.req("pvc-d", 32*mib, rwx, volSource(sh1)))
 	for _, v := range []*csi.Volume{b, c, d} {
-		if cephcsi.IsHandle(v.GetVolumeId()) {
+		if volid.IsHandle(v.GetVolumeId()) {
 			t.Fatalf("new volume %s is not in monoceph's format", v.GetVolumeId())
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -22,7 +23,7 @@ type CephCSIShallowResolver struct {
 
 // Snapshot returns the CephFS snapshot name of ceph-csi shallow volume volumeID.
 func (r *CephCSIShallowResolver) Snapshot(ctx context.Context, clusterID, volumeID string, cred ceph.Credentials) (string, error) {
-	h, err := cephcsi.ParseHandle(volumeID)
+	h, err := volid.ParseHandle(volumeID)
 	if err != nil {
 		return "", status.Errorf(codes.InvalidArgument, "volume_id %q: the volume context is ceph-csi's shallow volume's, the ID is not ceph-csi's: %v", volumeID, err)
 	}
@@ -47,7 +48,7 @@ func (r *CephCSIShallowResolver) Snapshot(ctx context.Context, clusterID, volume
 	if e == nil || e.Attrs[cephcsi.KeyBackingSnapshot] == "" {
 		return "", status.Errorf(codes.NotFound, "volume %q has no ceph-csi journal entry naming its snapshot", volumeID)
 	}
-	sh, err := cephcsi.ParseHandle(e.Attrs[cephcsi.KeyBackingSnapshot])
+	sh, err := volid.ParseHandle(e.Attrs[cephcsi.KeyBackingSnapshot])
 	if err != nil {
 		return "", status.Errorf(codes.NotFound, "volume %q names snapshot %q, which is not a ceph-csi handle", volumeID, e.Attrs[cephcsi.KeyBackingSnapshot])
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -31,7 +32,7 @@ import (
 // DeleteSnapshot already ran (its reference masked, kept for shallow volumes) is NOT_FOUND,
 // as for the CO it is gone.
 func (c *Controller) csiBacking(ctx context.Context, s site, handle, what string) (backing, error) {
-	h, err := cephcsi.ParseHandle(handle)
+	h, err := volid.ParseHandle(handle)
 	if err != nil || h.LocationID != s.fs.ID {
 		return backing{}, controller.NotFoundf("%s does not exist", what)
 	}
@@ -88,7 +89,7 @@ func plainJournalNames(subvolume, snapshot string) error {
 // createCSISnapshot snapshots a ceph-csi volume the way ceph-csi does, in site s (opened, and
 // the snapshot name locked, by CreateSnapshot). Every step is checked first, so a retry after
 // a crash anywhere finishes the same snapshot.
-func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, s site, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
+func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, s site, src volid.Handle) (*csi.CreateSnapshotResponse, error) {
 	name, srcID := req.GetName(), src.String()
 	what := "source volume " + srcID
 	vol, err := c.csiVolume(ctx, s, src, what)
@@ -134,7 +135,7 @@ func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnaps
 	if err != nil {
 		return nil, ceph.Wrap("snapshot info", err)
 	}
-	id := cephcsi.Handle{ClusterID: src.ClusterID, LocationID: src.LocationID, UUID: e.UUID}
+	id := volid.Handle{ClusterID: src.ClusterID, LocationID: src.LocationID, UUID: e.UUID}
 	klog.FromContext(ctx).V(2).Info("ceph-csi snapshot ready", "snapshot", s.fs.Name+"/"+s.group+"/"+sub+"@"+snap, "name", name)
 	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{SnapshotId: id.String(), SourceVolumeId: srcID, SizeBytes: size,
 		CreationTime: timestamppb.New(info.CreatedAt.UTC()), ReadyToUse: true}}, nil
@@ -142,7 +143,7 @@ func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnaps
 
 // deleteCSISnapshot masks the snapshot's own reference in its tracker; the subvolume snapshot
 // and its entry go when no shallow volume references it (or there is no tracker).
-func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h cephcsi.Handle) (*csi.DeleteSnapshotResponse, error) {
+func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h volid.Handle) (*csi.DeleteSnapshotResponse, error) {
 	raw := h.String()
 	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteSnapshot", "snapshot_id", h.ClusterID, h.LocationID, raw, req.GetSecrets())
 	if err != nil || gone {
@@ -196,7 +197,7 @@ func (c *Controller) unrefCSISnapshot(ctx context.Context, s site, handle, ref s
 		return err
 	}
 	faultpoint.Hit("cephfs.DeleteCephCSIVolume.unreferenced")
-	h, err := cephcsi.ParseHandle(handle)
+	h, err := volid.ParseHandle(handle)
 	if err != nil {
 		return nil // not a snapshot ceph-csi could have made: nothing to remove
 	}
@@ -225,11 +226,11 @@ func (c *Controller) listCSIIn(ctx context.Context, cl v1.Cluster, conn *ceph.Co
 	clusterID := cl.ClusterID
 	var out []*csi.Snapshot
 	for _, e := range entries {
-		id := cephcsi.Handle{ClusterID: clusterID, LocationID: s.fs.ID, UUID: e.UUID}
+		id := volid.Handle{ClusterID: clusterID, LocationID: s.fs.ID, UUID: e.UUID}
 		sub := e.Attrs[cephcsi.KeySource]
 		src := ""
 		if u := cephcsi.UUIDOf(sub); u != "" {
-			src = cephcsi.Handle{ClusterID: clusterID, LocationID: s.fs.ID, UUID: u}.String()
+			src = volid.Handle{ClusterID: clusterID, LocationID: s.fs.ID, UUID: u}.String()
 		}
 		snap := &csi.Snapshot{SnapshotId: id.String(), SourceVolumeId: src, ReadyToUse: true}
 		if keep != nil && !keep(snap) {

@@ -10,6 +10,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/volcap"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -24,7 +25,7 @@ import (
 func (c *Controller) instance() string { return c.opts.CephCSIInstanceID }
 
 // csiVolume reads a ceph-csi volume's entry; missing (or never finished) is NOT_FOUND.
-func (c *Controller) csiVolume(ctx context.Context, s site, h cephcsi.Handle, what string) (*cephcsi.Entry, error) {
+func (c *Controller) csiVolume(ctx context.Context, s site, h volid.Handle, what string) (*cephcsi.Entry, error) {
 	e, err := cephcsi.Read(ctx, s.journal(), cephcsi.Volumes, h.UUID)
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func quota(s site, group, sub string) (int64, error) {
 // deleteCSIVolume removes a ceph-csi volume: its subvolume (keeping snapshots, like monoceph's
 // own), or for a shallow volume its reference, and with the last reference of a deleted
 // snapshot the snapshot; then its journal entry.
-func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h cephcsi.Handle) (*csi.DeleteVolumeResponse, error) {
+func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h volid.Handle) (*csi.DeleteVolumeResponse, error) {
 	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteVolume", "volume_id", h.ClusterID, h.LocationID, h.String(), req.GetSecrets())
 	if err != nil || gone {
 		return &csi.DeleteVolumeResponse{}, err
@@ -96,7 +97,7 @@ func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeR
 
 // openCSIVolume resolves a ceph-csi volume handle for expand and validate. The caller
 // releases the site.
-func (c *Controller) openCSIVolume(ctx context.Context, h cephcsi.Handle, secrets map[string]string) (site, *cephcsi.Entry, error) {
+func (c *Controller) openCSIVolume(ctx context.Context, h volid.Handle, secrets map[string]string) (site, *cephcsi.Entry, error) {
 	what := "volume " + h.String()
 	cl, err := c.Cluster(h.ClusterID, codes.NotFound, "volume_id")
 	if err != nil {
@@ -118,7 +119,7 @@ func (c *Controller) openCSIVolume(ctx context.Context, h cephcsi.Handle, secret
 }
 
 // expandCSIVolume raises a ceph-csi volume's quota.
-func (c *Controller) expandCSIVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest, h cephcsi.Handle, size int64) (*csi.ControllerExpandVolumeResponse, error) {
+func (c *Controller) expandCSIVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest, h volid.Handle, size int64) (*csi.ControllerExpandVolumeResponse, error) {
 	s, e, err := c.openCSIVolume(ctx, h, req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func (c *Controller) expandCSIVolume(ctx context.Context, req *csi.ControllerExp
 }
 
 // validateCSIVolume is ValidateVolumeCapabilities of a ceph-csi volume.
-func (c *Controller) validateCSIVolume(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest, h cephcsi.Handle) (*csi.ValidateVolumeCapabilitiesResponse, error) {
+func (c *Controller) validateCSIVolume(ctx context.Context, req *csi.ValidateVolumeCapabilitiesRequest, h volid.Handle) (*csi.ValidateVolumeCapabilitiesResponse, error) {
 	s, e, err := c.openCSIVolume(ctx, h, req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -182,7 +183,7 @@ func controllerErr(op string, err error, volumeID string) error {
 // transient snapshot of it is cut), or a shallow volume (its snapshot).
 func (c *Controller) csiSource(ctx context.Context, s site, src source) (sourceInfo, error) {
 	if src.Vol != nil {
-		h := *src.Vol.csi
+		h := *src.Vol.CSI
 		what := "source volume " + h.String()
 		e, err := c.csiVolume(ctx, s, h, what)
 		if err != nil {
@@ -198,13 +199,13 @@ func (c *Controller) csiSource(ctx context.Context, s site, src source) (sourceI
 		size, err := quota(s, s.group, e.ImageName())
 		return sourceInfo{group: s.group, subvolume: e.ImageName(), size: size, transient: true}, err
 	}
-	b, err := c.csiBacking(ctx, s, src.Snap.csi.String(), "source snapshot "+src.Snap.csi.String())
+	b, err := c.csiBacking(ctx, s, src.Snap.CSI.String(), "source snapshot "+src.Snap.CSI.String())
 	return sourceInfo{group: b.group, subvolume: b.subvolume, snapshot: b.snapshot, size: b.size}, err
 }
 
 // modifyCSIVolume sets a ceph-csi volume's pins to exactly the mutable parameters given. Its
 // journal has no record of pins applied, so all three are set every time (idempotent).
-func (c *Controller) modifyCSIVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest, h cephcsi.Handle, want pins) (*csi.ControllerModifyVolumeResponse, error) {
+func (c *Controller) modifyCSIVolume(ctx context.Context, req *csi.ControllerModifyVolumeRequest, h volid.Handle, want pins) (*csi.ControllerModifyVolumeResponse, error) {
 	s, e, err := c.openCSIVolume(ctx, h, req.GetSecrets())
 	if err != nil {
 		return nil, err

@@ -53,8 +53,8 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	defer unlock()
-	if id, err := parseVolumeID(raw); err == nil && id.csi != nil {
-		return c.expandCSIVolume(ctx, req, *id.csi, size)
+	if id, err := parseVolumeID(raw); err == nil && id.CSI != nil {
+		return c.expandCSIVolume(ctx, req, *id.CSI, size)
 	}
 	s, rec, err := c.openVolume(ctx, raw, req.GetSecrets())
 	if err != nil {
@@ -83,8 +83,8 @@ func (c *Controller) ValidateVolumeCapabilities(ctx context.Context, req *csi.Va
 	if err := controller.CheckValidate(req); err != nil {
 		return nil, err
 	}
-	if id, err := parseVolumeID(req.GetVolumeId()); err == nil && id.csi != nil {
-		return c.validateCSIVolume(ctx, req, *id.csi)
+	if id, err := parseVolumeID(req.GetVolumeId()); err == nil && id.CSI != nil {
+		return c.validateCSIVolume(ctx, req, *id.CSI)
 	}
 	s, rec, err := c.openVolume(ctx, req.GetVolumeId(), req.GetSecrets())
 	if err != nil {

@@ -101,8 +101,8 @@ func (c *Controller) ControllerModifyVolume(ctx context.Context, req *csi.Contro
 		return nil, err
 	}
 	defer unlock()
-	if id, err := parseVolumeID(raw); err == nil && id.csi != nil {
-		return c.modifyCSIVolume(ctx, req, *id.csi, want)
+	if id, err := parseVolumeID(raw); err == nil && id.CSI != nil {
+		return c.modifyCSIVolume(ctx, req, *id.CSI, want)
 	}
 	s, rec, err := c.openVolume(ctx, raw, req.GetSecrets())
 	if err != nil {

@@ -26,7 +26,7 @@ func TestOwnershipKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub := subvolumeName(sid.mono.UID)
+	sub := subvolumeName(sid.Own.UID)
 	want := owner.Keys{owner.PVName: "pvc-0001", owner.PVCName: "data", owner.PVCNamespace: "apps", owner.ClusterName: "kube-a"}
 	if got := e.metadata(t, sub, ""); !maps.Equal(got, want) {
 		t.Fatalf("subvolume metadata %v, want %v", got, want)
@@ -41,7 +41,7 @@ func TestOwnershipKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantSnap := owner.Keys{owner.SnapshotName: "snap-1", owner.SnapshotNamespace: "apps", owner.SnapshotContentName: "snapcontent-1", owner.ClusterName: "kube-a"}
-	if got := e.metadata(t, sub, snapName(ssid.mono.SnapUID)); !maps.Equal(got, wantSnap) {
+	if got := e.metadata(t, sub, snapName(ssid.Own.SnapUID)); !maps.Equal(got, wantSnap) {
 		t.Fatalf("snapshot metadata %v, want %v", got, wantSnap)
 	}
 
@@ -50,7 +50,7 @@ func TestOwnershipKeys(t *testing.T) {
 	e.ctrl.metadata = commandSupport{}
 	old := e.create(t, e.createReq("unowned", 1<<20, rwx, nil, owner.PVName, "pvc-0002"))
 	osid, _ := parseVolumeID(old.GetVolumeId())
-	if got := e.metadata(t, subvolumeName(osid.mono.UID), ""); len(got) != 0 {
+	if got := e.metadata(t, subvolumeName(osid.Own.UID), ""); len(got) != 0 {
 		t.Fatalf("metadata %v written although the manager lacks the command", got)
 	}
 }

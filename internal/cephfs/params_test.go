@@ -99,7 +99,7 @@ func TestValidateCreateParams(t *testing.T) {
 		{"ceph-csi shallow volume from a ceph-csi snapshot", &csi.CreateVolumeRequest{Name: "v", VolumeCapabilities: rox, Parameters: p(),
 			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Snapshot{Snapshot: &csi.VolumeContentSource_SnapshotSource{
 				SnapshotId: "0001-0001-c-0000000000000001-c050fde3-2a93-4a45-900c-96bcc96c6b40"}}}}, "", func(t *testing.T, r request) {
-			if !r.shallow || r.src.Snap == nil || r.src.Snap.csi == nil {
+			if !r.shallow || r.src.Snap == nil || r.src.Snap.CSI == nil {
 				t.Errorf("a ceph-csi snapshot source: %+v shallow %v", r.src, r.shallow)
 			}
 		}},
@@ -131,7 +131,7 @@ func TestCompatibleRequest(t *testing.T) {
 	req := func(required, limit int64) *csi.CreateVolumeRequest {
 		return &csi.CreateVolumeRequest{Name: "v", CapacityRange: &csi.CapacityRange{RequiredBytes: required, LimitBytes: limit}}
 	}
-	snap := source{Snap: &snapshotID{mono: volid.CephFSSnapshot{CephFSVolume: volid.CephFSVolume{ClusterID: "c", FSCID: 1, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}}
+	snap := source{Snap: &snapshotID{Own: volid.CephFSSnapshot{CephFSVolume: volid.CephFSVolume{ClusterID: "c", FSCID: 1, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}}
 	tests := []struct {
 		name string
 		req  *csi.CreateVolumeRequest

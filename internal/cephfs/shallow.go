@@ -57,11 +57,11 @@ func backingFromShallow(rec *journal.Record) backing {
 // volume (there is no snapshot to expose).
 func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing, error) {
 	switch {
-	case src.Snap != nil && src.Snap.csi != nil:
-		return c.csiBacking(ctx, s, src.Snap.csi.String(), "source snapshot "+src.Snap.String())
-	case src.Vol != nil && src.Vol.csi != nil:
+	case src.Snap != nil && src.Snap.CSI != nil:
+		return c.csiBacking(ctx, s, src.Snap.CSI.String(), "source snapshot "+src.Snap.String())
+	case src.Vol != nil && src.Vol.CSI != nil:
 		what := "source volume " + src.Vol.String()
-		e, err := c.csiVolume(ctx, s, *src.Vol.csi, what)
+		e, err := c.csiVolume(ctx, s, *src.Vol.CSI, what)
 		if err != nil {
 			return backing{}, err
 		}
@@ -72,7 +72,7 @@ func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing
 		return c.csiBacking(ctx, s, snap, what)
 	}
 	if src.Vol != nil {
-		rec, err := journal.Get(ctx, s.journal(), journal.Volume, src.Vol.mono.UID)
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, src.Vol.Own.UID)
 		if err != nil {
 			return backing{}, err
 		}
@@ -84,7 +84,7 @@ func (c *Controller) backingOf(ctx context.Context, s site, src source) (backing
 		}
 		return backingFromShallow(rec), nil
 	}
-	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, src.Snap.mono.SnapUID)
+	rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, src.Snap.Own.SnapUID)
 	if err != nil {
 		return backing{}, err
 	}

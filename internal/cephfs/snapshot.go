@@ -42,10 +42,10 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
-	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.clusterID()); err != nil {
+	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, sid.ClusterID()); err != nil {
 		return nil, err
 	}
-	cl, err := c.Cluster(sid.clusterID(), codes.NotFound, "source_volume_id")
+	cl, err := c.Cluster(sid.ClusterID(), codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +54,7 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	s, err := c.siteOf(ctx, cl, sid.fscid(), req.GetSecrets(), "source volume "+srcID)
+	s, err := c.siteOf(ctx, cl, sid.Location(), req.GetSecrets(), "source volume "+srcID)
 	if err != nil {
 		return nil, err
 	}
@@ -62,15 +62,15 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := checkSnapshotFS(req.GetParameters(), s); err != nil {
 		return nil, err
 	}
-	if sid.csi != nil {
-		return c.createCSISnapshot(ctx, req, s, *sid.csi)
+	if sid.CSI != nil {
+		return c.createCSISnapshot(ctx, req, s, *sid.CSI)
 	}
-	rec, err := reserveSnapshot(ctx, s, req, sid.mono.UID)
+	rec, err := reserveSnapshot(ctx, s, req, sid.Own.UID)
 	if err != nil {
 		return nil, err
 	}
 	faultpoint.Hit("cephfs.CreateSnapshot.reserved")
-	id := volid.CephFSSnapshot{CephFSVolume: sid.mono, SnapUID: rec.UID}
+	id := volid.CephFSSnapshot{CephFSVolume: sid.Own, SnapUID: rec.UID}
 	if snap, ok := snapshotFromRecord(*rec, id); ok {
 		return &csi.CreateSnapshotResponse{Snapshot: snap}, nil
 	}
@@ -208,10 +208,10 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if sid.csi != nil {
-		return c.deleteCSISnapshot(ctx, req, *sid.csi)
+	if sid.CSI != nil {
+		return c.deleteCSISnapshot(ctx, req, *sid.CSI)
 	}
-	id := sid.mono
+	id := sid.Own
 	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteSnapshot", "snapshot_id", id.ClusterID, id.FSCID, raw, req.GetSecrets())
 	if err != nil || gone {
 		return &csi.DeleteSnapshotResponse{}, err
@@ -258,13 +258,13 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listIn(ctx, id.clusterID(), id.fscid(), req.GetSecrets(), id.csi != nil, func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
+		all, err = c.listIn(ctx, id.ClusterID(), id.Location(), req.GetSecrets(), id.IsCephCSI(), func(s *csi.Snapshot) bool { return s.GetSnapshotId() == req.GetSnapshotId() })
 	case req.GetSourceVolumeId() != "":
 		v, perr := parseVolumeID(req.GetSourceVolumeId())
 		if perr != nil {
 			return &csi.ListSnapshotsResponse{}, nil
 		}
-		all, err = c.listIn(ctx, v.clusterID(), v.fscid(), req.GetSecrets(), v.csi != nil, func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
+		all, err = c.listIn(ctx, v.ClusterID(), v.Location(), req.GetSecrets(), v.IsCephCSI(), func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == req.GetSourceVolumeId() })
 	default:
 		for _, cl := range c.Clusters.Map() {
 			found, lerr := c.listIn(ctx, cl.ClusterID, -1, req.GetSecrets(), true, nil)

@@ -61,16 +61,16 @@ type source = controller.Source[snapshotID, volumeID]
 func sourceIDs(s source) (clusterID string, fscid int64) {
 	switch {
 	case s.Snap != nil:
-		return s.Snap.clusterID(), s.Snap.fscid()
+		return s.Snap.ClusterID(), s.Snap.Location()
 	case s.Vol != nil:
-		return s.Vol.clusterID(), s.Vol.fscid()
+		return s.Vol.ClusterID(), s.Vol.Location()
 	}
 	return "", -1
 }
 
 // fromCephCSI reports whether a source is a ceph-csi volume or snapshot.
 func fromCephCSI(s source) bool {
-	return s.Snap != nil && s.Snap.csi != nil || s.Vol != nil && s.Vol.csi != nil
+	return s.Snap != nil && s.Snap.CSI != nil || s.Vol != nil && s.Vol.CSI != nil
 }
 
 func parseSource(cs *csi.VolumeContentSource) (source, error) {
@@ -343,7 +343,7 @@ func (c *Controller) checkSource(ctx context.Context, s site, r request) (source
 		}
 		return info, nil
 	case r.src.Snap != nil:
-		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.Snap.mono.SnapUID)
+		rec, err := journal.Get(ctx, s.journal(), journal.Snapshot, r.src.Snap.Own.SnapUID)
 		if err != nil {
 			return sourceInfo{}, err
 		}
@@ -356,7 +356,7 @@ func (c *Controller) checkSource(ctx context.Context, s site, r request) (source
 		}
 		return sourceInfo{group: rec.Attrs[attrGroup], subvolume: rec.Attrs[attrSubvolume], snapshot: snapName(rec.UID), size: size}, nil
 	case r.src.Vol != nil:
-		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.Vol.mono.UID)
+		rec, err := journal.Get(ctx, s.journal(), journal.Volume, r.src.Vol.Own.UID)
 		if err != nil {
 			return sourceInfo{}, err
 		}
@@ -470,10 +470,10 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return &csi.DeleteVolumeResponse{}, nil // names no volume: already deleted
 	}
-	if vid.csi != nil {
-		return c.deleteCSIVolume(ctx, req, *vid.csi)
+	if vid.CSI != nil {
+		return c.deleteCSIVolume(ctx, req, *vid.CSI)
 	}
-	id := vid.mono
+	id := vid.Own
 	ctx, s, done, gone, err := c.deletionSite(ctx, "DeleteVolume", "volume_id", id.ClusterID, id.FSCID, raw, req.GetSecrets())
 	if err != nil || gone {
 		return &csi.DeleteVolumeResponse{}, err

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
 	"github.com/monoceph/monoceph/internal/rbd/holder"
@@ -123,7 +122,7 @@ func siteOf(pv *corev1.PersistentVolume) (site, bool) {
 	if id, err := volid.ParseRBDVolume(handle); err == nil {
 		return site{clusterID: id.ClusterID, poolID: id.PoolID, namespace: id.Namespace, image: rbdname.Image(id.UID), key: key}, true
 	}
-	h, _ := cephcsi.ParseHandle(handle)
+	h, _ := volid.ParseHandle(handle)
 	img, err := volumecontext.Parse(pv.Spec.CSI.VolumeAttributes)
 	if err != nil {
 		return site{}, false

@@ -3,7 +3,6 @@ package nodefence
 import (
 	"testing"
 
-	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/volid"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -13,7 +12,7 @@ import (
 func TestSiteOf(t *testing.T) {
 	const uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 	mono := volid.RBDVolume{ClusterID: "c1", PoolID: 3, Namespace: "ns", UID: "abcdefghijklmnop"}.String()
-	handle := cephcsi.Handle{ClusterID: "rook-ceph", LocationID: 3, UUID: uuid}.String()
+	handle := volid.Handle{ClusterID: "rook-ceph", LocationID: 3, UUID: uuid}.String()
 	csiContext := map[string]string{"clusterID": "rook-ceph", "pool": "replicapool", "radosNamespace": "tenant", "imageName": "csi-vol-" + uuid}
 	for _, c := range []struct {
 		name   string

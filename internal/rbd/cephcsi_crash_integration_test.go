@@ -12,6 +12,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/cephcsitest"
+	"github.com/monoceph/monoceph/internal/volid"
 )
 
 // cephcsiCrashChild is TestCrashChild for an op on ceph-csi's objects: it runs op on a
@@ -108,7 +109,7 @@ func (tk *takeover) assertOnlyCephCSIVolume(t *testing.T, id string) {
 	if tr, _ := rbd.GetTrashList(tk.io); len(tr) != 0 {
 		t.Errorf("trash entries left: %+v", tr)
 	}
-	h, err := cephcsi.ParseHandle(id)
+	h, err := volid.ParseHandle(id)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/monoceph/monoceph/internal/oplock"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -72,7 +73,7 @@ func volSource(id string) *csi.VolumeContentSource {
 // imageOf is the image a volume ID names: ceph-csi's csi-vol-<uuid>, or monoceph's.
 func imageOf(t *testing.T, id string) string {
 	t.Helper()
-	if h, err := cephcsi.ParseHandle(id); err == nil {
+	if h, err := volid.ParseHandle(id); err == nil {
 		return "csi-vol-" + h.UUID
 	}
 	return "csi-vol-" + mustVol(t, id).UID
@@ -200,7 +201,7 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 		t.Fatal(err)
 	}
 	s3ID := s3.GetSnapshot().GetSnapshotId()
-	if !cephcsi.IsHandle(s3ID) || s3.GetSnapshot().GetSourceVolumeId() != aID || s3.GetSnapshot().GetSizeBytes() != 2*size {
+	if !volid.IsHandle(s3ID) || s3.GetSnapshot().GetSourceVolumeId() != aID || s3.GetSnapshot().GetSizeBytes() != 2*size {
 		t.Fatalf("snapshot of a ceph-csi volume: %+v", s3.GetSnapshot())
 	}
 	again, err := mc.CreateSnapshot(ctx, s3req)
@@ -248,7 +249,7 @@ func TestTakeOverCephCSIRBD(t *testing.T) {
 		t.Fatal(err)
 	}
 	dID := d.GetVolume().GetVolumeId()
-	if cephcsi.IsHandle(dID) {
+	if volid.IsHandle(dID) {
 		t.Fatalf("new volume %s is not in monoceph's format", dID)
 	}
 	if got := tk.read(t, imageOf(t, dID), 0, len(p1)); !bytes.Equal(got, p1) {
@@ -397,7 +398,7 @@ func (tk *takeover) openImage(t *testing.T, name string) imageInfo {
 // own name, and a journal entry ceph-csi can read.
 func (tk *takeover) assertCephCSISnapshotLayout(t *testing.T, volID, snapID, name string) {
 	t.Helper()
-	h, err := cephcsi.ParseHandle(snapID)
+	h, err := volid.ParseHandle(snapID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -40,7 +41,7 @@ func (c *Controller) instance() string { return c.opts.CephCSIInstanceID }
 // a retry after a crash anywhere finishes the same snapshot: reservation (directory key, then
 // entry), the point in time V@C, the clone C, V@C removed (into V's trash namespace), C@C.
 // CreateSnapshot has found the cluster cl and locked the snapshot name.
-func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, cl v1.Cluster, src cephcsi.Handle) (*csi.CreateSnapshotResponse, error) {
+func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnapshotRequest, cl v1.Cluster, src volid.Handle) (*csi.CreateSnapshotResponse, error) {
 	name, srcID := req.GetName(), src.String()
 	what := "source volume " + srcID
 	conn, err := c.Connect(ctx, cl, req.GetSecrets())
@@ -91,7 +92,7 @@ func (c *Controller) createCSISnapshot(ctx context.Context, req *csi.CreateSnaps
 			return nil, err
 		}
 	}
-	id := cephcsi.Handle{ClusterID: src.ClusterID, LocationID: src.LocationID, UUID: e.UUID}
+	id := volid.Handle{ClusterID: src.ClusterID, LocationID: src.LocationID, UUID: e.UUID}
 	klog.FromContext(ctx).V(2).Info("ceph-csi snapshot ready", "snapshot", loc.String()+"/"+clone+"@"+clone, "source", image, "name", name)
 	return &csi.CreateSnapshotResponse{Snapshot: &csi.Snapshot{
 		SnapshotId: id.String(), SourceVolumeId: srcID, SizeBytes: int64(res.size),
@@ -244,7 +245,7 @@ func (c *Controller) giveBackCSI(ctx context.Context, loc radosop.Location, e *c
 // deleteCSISnapshot removes a ceph-csi snapshot: C@C (into C's trash namespace when volumes
 // were restored from it), then C (into the RBD trash while those volumes need it; their
 // deletion purges it), then the journal entry. Nothing left is success.
-func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h cephcsi.Handle) (*csi.DeleteSnapshotResponse, error) {
+func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest, h volid.Handle) (*csi.DeleteSnapshotResponse, error) {
 	ctx, t, done, err := c.deletionTarget(ctx, "DeleteSnapshot", "snapshot_id", h, cephcsi.Snapshots, req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -269,7 +270,7 @@ func (c *Controller) deleteCSISnapshot(ctx context.Context, req *csi.DeleteSnaps
 }
 
 // listCSIAt lists the ceph-csi snapshots in the pool a handle names.
-func (c *Controller) listCSIAt(ctx context.Context, h cephcsi.Handle, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+func (c *Controller) listCSIAt(ctx context.Context, h volid.Handle, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
 	cl, err := c.Clusters.Cluster(h.ClusterID)
 	if err != nil {
 		return nil, nil
@@ -338,13 +339,13 @@ func csiSnapshot(io *rados.IOContext, clusterID string, poolID int64, e *cephcsi
 		return nil, false, err
 	}
 	s := &csi.Snapshot{
-		SnapshotId:   cephcsi.Handle{ClusterID: clusterID, LocationID: poolID, UUID: e.UUID}.String(),
+		SnapshotId:   volid.Handle{ClusterID: clusterID, LocationID: poolID, UUID: e.UUID}.String(),
 		SizeBytes:    int64(snap.Size),
 		CreationTime: timestamppb.New(time.Unix(ts.Sec, ts.Nsec)),
 		ReadyToUse:   true,
 	}
 	if u := cephcsi.UUIDOf(e.Attrs[cephcsi.KeySource]); u != "" {
-		s.SourceVolumeId = cephcsi.Handle{ClusterID: clusterID, LocationID: poolID, UUID: u}.String()
+		s.SourceVolumeId = volid.Handle{ClusterID: clusterID, LocationID: poolID, UUID: u}.String()
 	}
 	return s, true, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/attachment"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -37,7 +38,7 @@ func transientSnapshot(name string) bool {
 // deleteCSIVolume removes a ceph-csi volume: its image (into the RBD trash while clones of its
 // trashed snapshots need it), its -temp intermediate, trashed parents kept only for it, then
 // its attachment object, then its journal entry.
-func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h cephcsi.Handle) (*csi.DeleteVolumeResponse, error) {
+func (c *Controller) deleteCSIVolume(ctx context.Context, req *csi.DeleteVolumeRequest, h volid.Handle) (*csi.DeleteVolumeResponse, error) {
 	ctx, t, done, err := c.deletionTarget(ctx, "DeleteVolume", "volume_id", h, cephcsi.Volumes, req.GetSecrets())
 	if err != nil {
 		return nil, err
@@ -85,7 +86,7 @@ type csiTarget struct {
 
 // deletionTarget takes the operation lock of a delete of h, connects and reads h's journal
 // entry. The caller defers done.
-func (c *Controller) deletionTarget(ctx context.Context, op, field string, h cephcsi.Handle, k cephcsi.Kind, secrets map[string]string) (context.Context, csiTarget, func(), error) {
+func (c *Controller) deletionTarget(ctx context.Context, op, field string, h volid.Handle, k cephcsi.Kind, secrets map[string]string) (context.Context, csiTarget, func(), error) {
 	var t csiTarget
 	cl, err := c.csiCluster(h.ClusterID, codes.FailedPrecondition, field)
 	if err != nil {
@@ -166,7 +167,7 @@ func removeTransientSnapshots(io *rados.IOContext, name string, snaps []rbd.Snap
 
 // openCSIVolume resolves a ceph-csi volume handle to its location and image; missing is
 // NOT_FOUND, encrypted FAILED_PRECONDITION. The caller releases loc.Conn.
-func (c *Controller) openCSIVolume(ctx context.Context, h cephcsi.Handle, secrets map[string]string) (radosop.Location, string, error) {
+func (c *Controller) openCSIVolume(ctx context.Context, h volid.Handle, secrets map[string]string) (radosop.Location, string, error) {
 	what := "volume " + h.String()
 	cl, err := c.csiCluster(h.ClusterID, codes.NotFound, "volume_id")
 	if err != nil {

@@ -136,10 +136,10 @@ func (c *Controller) idCluster(id string, code codes.Code, field string) (v1.Clu
 
 // volumeCluster is idCluster for a volume ID, and csiCluster for a ceph-csi handle.
 func (c *Controller) volumeCluster(id volumeID, code codes.Code, field string) (v1.Cluster, error) {
-	if id.csi != nil {
-		return c.csiCluster(id.csi.ClusterID, code, field)
+	if id.CSI != nil {
+		return c.csiCluster(id.CSI.ClusterID, code, field)
 	}
-	return c.idCluster(id.mono.ClusterID, code, field)
+	return c.idCluster(id.Own.ClusterID, code, field)
 }
 
 // csiCluster resolves the cluster ID of a ceph-csi handle. A handle reached only through a

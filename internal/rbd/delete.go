@@ -35,10 +35,10 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return &csi.DeleteVolumeResponse{}, nil // a malformed ID names no volume: already deleted
 	}
-	if vid.csi != nil {
-		return c.deleteCSIVolume(ctx, req, *vid.csi)
+	if vid.CSI != nil {
+		return c.deleteCSIVolume(ctx, req, *vid.CSI)
 	}
-	id := vid.mono
+	id := vid.Own
 	cl, err := c.idCluster(id.ClusterID, codes.FailedPrecondition, "volume_id")
 	if err != nil {
 		return nil, err
@@ -61,16 +61,29 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	// A clone needs its parent looked up before it goes (to purge a trashed parent after);
-	// any other image is simply removed, and librbd's refusal (EBUSY: watchers, ENOTEMPTY:
-	// snapshots) selects the careful path. That saves opening the image in the common case.
-	careful := rec != nil && rec.Attrs[attrSource] != ""
 	if rec != nil {
 		if err := c.checkDEKRemoval(ctx, raw, rec.Attrs[attrKMSID], req.GetSecrets()); err != nil {
 			return nil, err
 		}
 	}
-	_, err = radosop.WithConn(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
+	// a clone needs its parent looked up before it goes (to purge a trashed parent after)
+	if err := removeVolumeImage(ctx, p, name, rec != nil && rec.Attrs[attrSource] != ""); err != nil {
+		return nil, err
+	}
+	faultpoint.Hit("rbd.DeleteVolume.image")
+	if err := c.releaseVolume(ctx, p, id, rec, raw, req.GetSecrets()); err != nil {
+		return nil, err
+	}
+	klog.FromContext(ctx).V(2).Info("Volume deleted", "image", p.String()+"/"+name)
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// removeVolumeImage removes the image, or hides it for its CSI snapshots (deleteImage). Only a
+// careful removal (a clone's) opens the image first; any other image is simply removed, and
+// librbd's refusal (EBUSY: watchers, ENOTEMPTY: snapshots) selects the careful path. That
+// saves opening the image in the common case.
+func removeVolumeImage(ctx context.Context, p radosop.Location, name string, careful bool) error {
+	_, err := radosop.WithConn(ctx, p, "delete image "+name, func(r *rados.Conn, io *rados.IOContext) (struct{}, error) {
 		if !careful {
 			err := rbd.RemoveImage(io, name)
 			if err == nil || isNotFound(err) {
@@ -82,35 +95,33 @@ func (c *Controller) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequ
 		}
 		return struct{}{}, deleteImage(r, io, name, true)
 	})
-	if err != nil {
-		return nil, err
-	}
-	faultpoint.Hit("rbd.DeleteVolume.image")
+	return err
+}
+
+// releaseVolume removes what outlives a deleted volume's image, the reservation last: its
+// encryption key, its attachment object, a trashed parent kept only for it. rec is nil when
+// the reservation is gone already (a retry after it went): then only its leftovers go.
+func (c *Controller) releaseVolume(ctx context.Context, p radosop.Location, id volid.RBDVolume, rec *journal.Record, raw string, secrets map[string]string) error {
+	name := rbdname.Image(id.UID)
 	// before the journal record goes: a retry finds the record, so the KMS ID, again
 	if rec != nil {
-		if err := c.removeDEK(ctx, p, name, raw, rec.Attrs[attrKMSID], req.GetSecrets()); err != nil {
-			return nil, err
+		if err := c.removeDEK(ctx, p, name, raw, rec.Attrs[attrKMSID], secrets); err != nil {
+			return err
 		}
 	}
 	// publications and node addresses of a volume the CO deleted without unpublishing
 	if err := attachment.Remove(ctx, p, id.UID); err != nil {
-		return nil, err
+		return err
 	}
-	if rec != nil {
-		// the parent's location comes from the journal, not from the clone: a retry after a
-		// crash right after the clone went must still find it
-		if err := c.purgeSourceParent(ctx, p, rec.Attrs[attrSource], rec.Attrs[attrOrigin]); err != nil {
-			return nil, err
-		}
-		err = journal.ReleaseRecord(ctx, p, journal.Volume, rec)
-	} else {
-		err = journal.Release(ctx, p, journal.Volume, id.UID)
+	if rec == nil {
+		return journal.Release(ctx, p, journal.Volume, id.UID)
 	}
-	if err != nil {
-		return nil, err
+	// the parent's location comes from the journal, not from the clone: a retry after a
+	// crash right after the clone went must still find it
+	if err := c.purgeSourceParent(ctx, p, rec.Attrs[attrSource], rec.Attrs[attrOrigin]); err != nil {
+		return err
 	}
-	klog.FromContext(ctx).V(2).Info("Volume deleted", "image", p.String()+"/"+name)
-	return &csi.DeleteVolumeResponse{}, nil
+	return journal.ReleaseRecord(ctx, p, journal.Volume, rec)
 }
 
 // deleteImage removes a volume's image, or keeps it hidden while CSI snapshots of it exist

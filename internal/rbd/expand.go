@@ -29,19 +29,19 @@ func (c *Controller) openVolume(ctx context.Context, raw string, secrets map[str
 	}
 	v := openedVolume{id: id}
 	var p radosop.Location
-	if id.csi != nil {
-		if p, v.image, err = c.openCSIVolume(ctx, *id.csi, secrets); err != nil {
+	if id.CSI != nil {
+		if p, v.image, err = c.openCSIVolume(ctx, *id.CSI, secrets); err != nil {
 			return radosop.Location{}, v, imageState{}, err
 		}
 	} else {
-		cl, err := c.idCluster(id.mono.ClusterID, codes.NotFound, "volume_id")
+		cl, err := c.idCluster(id.Own.ClusterID, codes.NotFound, "volume_id")
 		if err != nil {
 			return radosop.Location{}, v, imageState{}, err
 		}
-		if p, _, err = c.locate(ctx, cl, id.mono.PoolID, id.mono.Namespace, secrets); err != nil {
+		if p, _, err = c.locate(ctx, cl, id.Own.PoolID, id.Own.Namespace, secrets); err != nil {
 			return radosop.Location{}, v, imageState{}, orNotFound(err, "volume "+raw)
 		}
-		v.image = rbdname.Image(id.mono.UID)
+		v.image = rbdname.Image(id.Own.UID)
 	}
 	st, err := radosop.With(ctx, p, "inspect volume", func(io *rados.IOContext) (imageState, error) {
 		return inspect(io, v.image)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/classparam"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
@@ -79,7 +78,7 @@ func validateGroupCreate(req *csi.CreateVolumeGroupSnapshotRequest) (groupReques
 	}
 	r := groupRequest{name: req.GetName(), ids: ids}
 	for _, id := range ids {
-		if cephcsi.IsHandle(id) {
+		if volid.IsHandle(id) {
 			// its journal, names and snapshot layout are ceph-csi's; a group snapshot of it would
 			// need ceph-csi's group format, which the takeover does not implement
 			return r, status.Errorf(codes.FailedPrecondition, "source_volume_ids: %s is a volume ceph-csi created: group snapshots take only volumes monoceph created", id)

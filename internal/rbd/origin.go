@@ -27,7 +27,7 @@ type origin struct {
 	snap  string // "" for a volume source
 	what  string // how messages name the source
 	// csi is the source's ceph-csi handle, nil for monoceph's own
-	csi *cephcsi.Handle
+	csi *volid.Handle
 	// member is a group snapshot member source: its snapshot lives in the group snapshot
 	// namespace, reached by ID only (restoreMember), never by the name in snap
 	member *volid.RBDSnapshot
@@ -58,7 +58,7 @@ func parseOriginAttr(s string) *trashedImage {
 // csiLocation is where a ceph-csi handle's image and journal entry live: the pool the handle
 // names and the namespace of the cluster map's rbd.radosNamespace (ceph-csi takes it from the
 // same key of its config.json).
-func (c *Controller) csiLocation(ctx context.Context, conn *ceph.Conn, h cephcsi.Handle) (radosop.Location, error) {
+func (c *Controller) csiLocation(ctx context.Context, conn *ceph.Conn, h volid.Handle) (radosop.Location, error) {
 	cl, err := c.csiCluster(h.ClusterID, codes.NotFound, h.String())
 	if err != nil {
 		return radosop.Location{}, err
@@ -72,7 +72,7 @@ func (c *Controller) csiLocation(ctx context.Context, conn *ceph.Conn, h cephcsi
 
 // csiEntry reads the journal entry of a ceph-csi handle; a missing entry, or one ceph-csi never
 // finished writing, is NOT_FOUND for what.
-func (c *Controller) csiEntry(ctx context.Context, loc radosop.Location, k cephcsi.Kind, h cephcsi.Handle, what string) (*cephcsi.Entry, error) {
+func (c *Controller) csiEntry(ctx context.Context, loc radosop.Location, k cephcsi.Kind, h volid.Handle, what string) (*cephcsi.Entry, error) {
 	e, err := cephcsi.Read(ctx, loc, k, h.UUID)
 	if err != nil {
 		return nil, err
@@ -97,8 +97,8 @@ func refuseEncrypted(e *cephcsi.Entry, what string) error {
 // resolveSource finds what a content source names. A source that does not exist is NOT_FOUND.
 func (c *Controller) resolveSource(ctx context.Context, conn *ceph.Conn, src source) (origin, error) {
 	switch {
-	case src.Snap != nil && src.Snap.csi != nil:
-		h := *src.Snap.csi
+	case src.Snap != nil && src.Snap.CSI != nil:
+		h := *src.Snap.CSI
 		o := origin{what: "source snapshot " + h.String(), csi: &h}
 		loc, err := c.csiLocation(ctx, conn, h)
 		if err != nil {
@@ -113,8 +113,8 @@ func (c *Controller) resolveSource(ctx context.Context, conn *ceph.Conn, src sou
 		}
 		o.loc, o.image, o.snap = loc, e.ImageName(), e.ImageName()
 		return o, nil
-	case src.Vol != nil && src.Vol.csi != nil:
-		h := *src.Vol.csi
+	case src.Vol != nil && src.Vol.CSI != nil:
+		h := *src.Vol.CSI
 		o := origin{what: "source volume " + h.String(), csi: &h}
 		loc, err := c.csiLocation(ctx, conn, h)
 		if err != nil {
@@ -130,7 +130,7 @@ func (c *Controller) resolveSource(ctx context.Context, conn *ceph.Conn, src sou
 		o.loc, o.image = loc, e.ImageName()
 		return o, nil
 	case src.Snap != nil:
-		s := src.Snap.mono
+		s := src.Snap.Own
 		o := origin{what: "source snapshot " + s.String(), image: rbdname.Image(s.UID), snap: rbdname.Snapshot(s.SnapUID)}
 		if s.Member {
 			o.member = &s
@@ -142,7 +142,7 @@ func (c *Controller) resolveSource(ctx context.Context, conn *ceph.Conn, src sou
 		o.loc = radosop.Location{Conn: conn, Pool: pool, Namespace: s.Namespace}
 		return o, nil
 	case src.Vol != nil:
-		v := src.Vol.mono
+		v := src.Vol.Own
 		o := origin{what: "source volume " + v.String(), image: rbdname.Image(v.UID)}
 		pool, err := poolByID(ctx, conn, v.PoolID)
 		if err != nil {

@@ -192,7 +192,7 @@ func TestCompatible(t *testing.T) {
 	req := func(required, limit int64) *csi.CreateVolumeRequest {
 		return &csi.CreateVolumeRequest{Name: "v", CapacityRange: &csi.CapacityRange{RequiredBytes: required, LimitBytes: limit}}
 	}
-	snap := source{Snap: &snapshotID{mono: volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: "c", PoolID: 2, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}}
+	snap := source{Snap: &snapshotID{Own: volid.RBDSnapshot{RBDVolume: volid.RBDVolume{ClusterID: "c", PoolID: 2, UID: "cccccccccccccccc"}, SnapUID: "dddddddddddddddd"}}}
 	tests := []struct {
 		name string
 		req  *csi.CreateVolumeRequest

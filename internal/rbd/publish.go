@@ -82,7 +82,7 @@ func (c *Controller) ControllerPublishVolume(ctx context.Context, req *csi.Contr
 	if err := c.checkNode(ctx, r.nodeID); err != nil {
 		return nil, err
 	}
-	_, err = attachment.Modify(ctx, p, v.id.attachKey(), "publish volume", func(st *attachment.State) error {
+	_, err = attachment.Modify(ctx, p, attachment.KeyOf(v.id), "publish volume", func(st *attachment.State) error {
 		if cur, ok := st.Published[r.nodeID]; ok {
 			if cur != r.pub {
 				return status.Errorf(codes.AlreadyExists, "volume %q is published to node %q as %s, not as %s", r.volumeID, r.nodeID, describe(cur), describe(r.pub))
@@ -218,7 +218,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 		return nil, err
 	}
 	defer p.Conn.Release()
-	st, err := attachment.Read(ctx, p, id.attachKey())
+	st, err := attachment.Read(ctx, p, attachment.KeyOf(id))
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +232,7 @@ func (c *Controller) ControllerUnpublishVolume(ctx context.Context, req *csi.Con
 		}
 	}
 	faultpoint.Hit("rbd.ControllerUnpublishVolume.checked")
-	_, err = attachment.Modify(ctx, p, id.attachKey(), "unpublish volume", func(st *attachment.State) error {
+	_, err = attachment.Modify(ctx, p, attachment.KeyOf(id), "unpublish volume", func(st *attachment.State) error {
 		for _, n := range targets {
 			delete(st.Published, n)
 			delete(st.Clients, n)
@@ -299,20 +299,20 @@ func (c *Controller) checkReleased(ctx context.Context, p radosop.Location, id v
 // publication (DeleteVolume removes the attachment object before the entry). The caller
 // releases the connection.
 func (c *Controller) attachmentSite(ctx context.Context, cl v1.Cluster, id volumeID, secrets map[string]string) (radosop.Location, string, bool, error) {
-	if id.csi == nil {
-		p, gone, err := c.locate(ctx, cl, id.mono.PoolID, id.mono.Namespace, secrets)
-		return p, rbdname.Image(id.mono.UID), gone, err
+	if id.CSI == nil {
+		p, gone, err := c.locate(ctx, cl, id.Own.PoolID, id.Own.Namespace, secrets)
+		return p, rbdname.Image(id.Own.UID), gone, err
 	}
 	conn, err := c.Connect(ctx, cl, secrets)
 	if err != nil {
 		return radosop.Location{}, "", false, err
 	}
-	loc, err := c.csiLocation(ctx, conn, *id.csi)
+	loc, err := c.csiLocation(ctx, conn, *id.CSI)
 	var e *cephcsi.Entry
 	if err == nil {
 		// an encrypted volume is not refused here: it was never published, and unpublishing
 		// it must succeed
-		e, err = cephcsi.Read(ctx, loc, cephcsi.Volumes, id.csi.UUID)
+		e, err = cephcsi.Read(ctx, loc, cephcsi.Volumes, id.CSI.UUID)
 	}
 	if err == nil && e != nil && e.Name != "" {
 		return loc, e.ImageName(), false, nil

@@ -469,7 +469,7 @@ func (r *Replication) DemoteVolume(ctx context.Context, req *replpb.DemoteVolume
 		return nil, notEnabled(t.raw, s)
 	}
 	if s.info.Primary && !req.GetForce() {
-		st, err := attachment.Read(ctx, t.loc, t.id.attachKey())
+		st, err := attachment.Read(ctx, t.loc, attachment.KeyOf(t.id))
 		if err != nil {
 			return nil, err
 		}

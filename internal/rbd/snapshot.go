@@ -39,20 +39,48 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 	if err := controller.CheckCreateSnapshot(req, paramPool); err != nil {
 		return nil, err
 	}
-	name, srcID := req.GetName(), req.GetSourceVolumeId()
+	srcID := req.GetSourceVolumeId()
 	sid, err := parseVolumeID(srcID)
 	if err != nil {
 		return nil, controller.NotFoundf("source volume %q does not exist", srcID)
 	}
-	srcCluster := sid.clusterID()
-	if cl, err := c.Clusters.RBDCluster(srcCluster); err == nil && sid.csi == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
+	if sid.CSI != nil {
+		return c.createSnapshotOfCSI(ctx, req, *sid.CSI)
+	}
+	return c.createSnapshotOf(ctx, req, sid.Own)
+}
+
+// createSnapshotOfCSI is CreateSnapshot of a volume ceph-csi created: the snapshot is
+// ceph-csi's too (createCSISnapshot).
+func (c *Controller) createSnapshotOfCSI(ctx context.Context, req *csi.CreateSnapshotRequest, h volid.Handle) (*csi.CreateSnapshotResponse, error) {
+	srcID := req.GetSourceVolumeId()
+	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, h.ClusterID); err != nil {
+		return nil, err
+	}
+	cl, err := c.csiCluster(h.ClusterID, codes.NotFound, "source_volume_id")
+	if err != nil {
+		return nil, err
+	}
+	ctx, unlock, err := c.opts.Locks.TryLockContext(ctx, "CreateSnapshot", "rbd-snapshot-name:"+req.GetName(), srcID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return c.createCSISnapshot(ctx, req, cl, h)
+}
+
+// createSnapshotOf is CreateSnapshot of a volume monoceph created.
+func (c *Controller) createSnapshotOf(ctx context.Context, req *csi.CreateSnapshotRequest, src volid.RBDVolume) (*csi.CreateSnapshotResponse, error) {
+	name, srcID := req.GetName(), req.GetSourceVolumeId()
+	srcCluster := src.ClusterID
+	if cl, err := c.Clusters.RBDCluster(srcCluster); err == nil && cl.MirrorOf != "" && req.GetParameters()[controller.ParamClusterID] == cl.ClusterID {
 		// a mirror peer's volume on this site (volume replication): its class names this site
 		srcCluster = cl.ClusterID
 	}
 	if err := controller.CheckSnapshotCluster(req.GetParameters(), srcID, srcCluster); err != nil {
 		return nil, err
 	}
-	cl, err := c.volumeCluster(sid, codes.NotFound, "source_volume_id")
+	cl, err := c.idCluster(src.ClusterID, codes.NotFound, "source_volume_id")
 	if err != nil {
 		return nil, err
 	}
@@ -61,10 +89,6 @@ func (c *Controller) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshot
 		return nil, err
 	}
 	defer unlock()
-	if sid.csi != nil {
-		return c.createCSISnapshot(ctx, req, cl, *sid.csi)
-	}
-	src := sid.mono
 	p, _, err := c.locate(ctx, cl, src.PoolID, src.Namespace, req.GetSecrets())
 	if err != nil {
 		return nil, orNotFound(err, "source volume "+srcID)
@@ -208,10 +232,10 @@ func (c *Controller) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshot
 	if err != nil {
 		return &csi.DeleteSnapshotResponse{}, nil
 	}
-	if sid.csi != nil {
-		return c.deleteCSISnapshot(ctx, req, *sid.csi)
+	if sid.CSI != nil {
+		return c.deleteCSISnapshot(ctx, req, *sid.CSI)
 	}
-	id := sid.mono
+	id := sid.Own
 	if id.Member {
 		return c.deleteMember(ctx, id, req.GetSecrets())
 	}
@@ -270,11 +294,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 			return &csi.ListSnapshotsResponse{}, nil
 		}
 		keep := func(s *csi.Snapshot) bool { return s.GetSnapshotId() == want }
-		if id.csi != nil {
-			all, err = c.listCSIAt(ctx, *id.csi, req.GetSecrets(), keep)
-		} else {
-			all, err = c.listAt(ctx, id.mono.ClusterID, id.mono.PoolID, id.mono.Namespace, req.GetSecrets(), keep)
-		}
+		all, err = c.listFor(ctx, id.CSI, id.Own.RBDVolume, req.GetSecrets(), keep)
 	case req.GetSourceVolumeId() != "":
 		want := req.GetSourceVolumeId()
 		v, perr := parseVolumeID(want)
@@ -282,11 +302,7 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 			return &csi.ListSnapshotsResponse{}, nil
 		}
 		keep := func(s *csi.Snapshot) bool { return s.GetSourceVolumeId() == want }
-		if v.csi != nil {
-			all, err = c.listCSIAt(ctx, *v.csi, req.GetSecrets(), keep)
-		} else {
-			all, err = c.listAt(ctx, v.mono.ClusterID, v.mono.PoolID, v.mono.Namespace, req.GetSecrets(), keep)
-		}
+		all, err = c.listFor(ctx, v.CSI, v.Own, req.GetSecrets(), keep)
 	default:
 		all, err = c.listEverywhere(ctx, req.GetSecrets())
 	}
@@ -297,6 +313,15 @@ func (c *Controller) ListSnapshots(ctx context.Context, req *csi.ListSnapshotsRe
 		_, err := parseSnapshotID(tok)
 		return err == nil
 	})
+}
+
+// listFor lists the snapshots of the pool a snapshot or volume ID names: ceph-csi's journal
+// for a handle h, else monoceph's in v's pool and namespace.
+func (c *Controller) listFor(ctx context.Context, h *volid.Handle, v volid.RBDVolume, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {
+	if h != nil {
+		return c.listCSIAt(ctx, *h, secrets, keep)
+	}
+	return c.listAt(ctx, v.ClusterID, v.PoolID, v.Namespace, secrets, keep)
 }
 
 func (c *Controller) listAt(ctx context.Context, clusterID string, poolID int64, ns string, secrets map[string]string, keep func(*csi.Snapshot) bool) ([]*csi.Snapshot, error) {

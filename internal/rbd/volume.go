@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/journal"
+	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/owner"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
@@ -49,9 +50,9 @@ type source = controller.Source[snapshotID, volumeID]
 func sourceCluster(s source) string {
 	switch {
 	case s.Snap != nil:
-		return s.Snap.clusterID()
+		return s.Snap.ClusterID()
 	case s.Vol != nil:
-		return s.Vol.clusterID()
+		return s.Vol.ClusterID()
 	}
 	return ""
 }
@@ -106,7 +107,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	name, size, params, src := r.name, r.size, r.params, r.src
+	name, params := r.name, r.params
 	cl, err := c.Cluster(params.ClusterID, codes.InvalidArgument, "parameters[\"clusterID\"]")
 	if err != nil {
 		return nil, err
@@ -133,108 +134,159 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	}
 	defer conn.Release()
 	c.RememberClassUser(req.GetParameters(), req.GetSecrets()) // for GetCapacity
-	var topology []*csi.Topology
-	if len(params.TopologyPools) > 0 {
-		if topology, err = c.placeByTopology(ctx, conn, &params, name, req.GetAccessibilityRequirements()); err != nil {
-			return nil, err
-		}
-	}
-	poolID, err := checkPlacement(ctx, conn, params)
+	topology, poolID, err := c.placeVolume(ctx, conn, &params, name, req.GetAccessibilityRequirements())
 	if err != nil {
 		return nil, err
 	}
-	dst := radosop.Location{Conn: conn, Pool: params.Pool, Namespace: params.Namespace}
-	o, err := c.resolveSource(ctx, conn, src)
-	if err != nil {
+	n := newImage{dst: radosop.Location{Conn: conn, Pool: params.Pool, Namespace: params.Namespace},
+		size: r.size, params: params, src: r.src, key: key}
+	if err := c.checkSourceOf(ctx, conn, &n); err != nil {
 		return nil, err
 	}
-	srcEnc, err := sourceEncryption(ctx, o, key)
-	if err != nil {
+	if err := n.reserve(ctx, req, name); err != nil {
 		return nil, err
-	}
-	// the image of an encrypted copy is larger than the volume by its source's LUKS header
-	raw := uint64(size)
-	if srcEnc != nil {
-		raw += srcEnc.HeaderBytes
-	}
-	if err := checkSource(ctx, o, raw); err != nil {
-		return nil, err
-	}
-	attrs := map[string]string{
-		attrSize: strconv.FormatInt(size, 10), attrSource: src.String(),
-		attrFeatures: joinFeatures(params.Features), attrDataPool: params.DataPool,
-	}
-	if o.csi != nil {
-		attrs[attrOrigin] = o.attr(o.csi.LocationID)
-	}
-	if key != nil {
-		attrs[attrEncryption], attrs[attrKMSID] = encryptionLUKS2, key.kmsID
-	}
-	rec, created, err := journal.Reserve(ctx, dst, journal.Volume, name, attrs)
-	if err != nil {
-		return nil, err
-	}
-	if !created {
-		if size, err = compatible(rec, req, src, key); err != nil {
-			return nil, err
-		}
 	}
 	faultpoint.Hit("rbd.CreateVolume.reserved")
-	log := klog.FromContext(ctx).WithValues("image", dst.String()+"/"+rbdname.Image(rec.UID))
+	log := klog.FromContext(ctx).WithValues("image", n.dst.String()+"/"+rbdname.Image(n.rec.UID))
 
-	if srcEnc != nil {
-		raw = uint64(size) + srcEnc.HeaderBytes // a repeat: the size the volume was made with
-	}
-	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: rec.UID}
-	switch {
-	case rec.Attrs[attrState] == stateReady:
-	case o.member != nil:
-		err = c.restoreMember(ctx, dst, rec.UID, uint64(size), params, *o.member)
-	case src.Snap != nil:
-		err = c.clone(ctx, o.loc, o.image, o.snap, dst, rbdname.Image(rec.UID), raw, params, o.what)
-	case src.Vol != nil:
-		err = c.cloneFromVolume(ctx, dst, rec.UID, raw, params, o)
-	default:
-		err = ensureBlank(ctx, dst, rbdname.Image(rec.UID), uint64(size), params, created)
-	}
-	if err == nil && key != nil {
-		// every time: a crash after the create may have come before the encryption
-		err = ensureEncrypted(ctx, dst, rbdname.Image(rec.UID), id.String(), uint64(size), key)
-	}
-	if err == nil && len(r.qos) > 0 {
-		// every time, not only for a new image: a crash after the create may have come first
-		err = setQoS(ctx, dst, rbdname.Image(rec.UID), r.qos)
-	}
-	if err == nil {
-		// every time too, and before the volume is answered: an image the CO was given
-		// always names its PV
-		err = setImageOwner(ctx, dst, rbdname.Image(rec.UID), owner.FromParams(req.GetParameters(), owner.VolumeKeys, c.opts.ClusterName), true)
-	}
-	if err != nil {
-		giveBack(ctx, dst, journal.Volume, rec, err, func(io *rados.IOContext) (bool, error) {
-			st, err := inspect(io, rbdname.Image(rec.UID))
-			return st.exists, err
-		})
+	id := volid.RBDVolume{ClusterID: params.ClusterID, PoolID: poolID, Namespace: params.Namespace, UID: n.rec.UID}
+	if err := c.makeImage(ctx, req, n, id, r.qos); err != nil {
 		return nil, err
 	}
-	if src.String() != "" && rec.Attrs[attrState] != stateReady {
-		rec.Attrs[attrState] = stateReady
-		if err := journal.SetAttrs(ctx, dst, journal.Volume, rec); err != nil {
+	if n.src.String() != "" && n.rec.Attrs[attrState] != stateReady {
+		n.rec.Attrs[attrState] = stateReady
+		if err := journal.SetAttrs(ctx, n.dst, journal.Volume, n.rec); err != nil {
 			return nil, err
 		}
 	}
 	faultpoint.Hit("rbd.CreateVolume.image")
-	log.V(2).Info("Volume ready", "name", name, "size", size, "source", src.String(), "resumed", !created)
+	log.V(2).Info("Volume ready", "name", name, "size", n.size, "source", n.src.String(), "resumed", !n.created)
 
 	return &csi.CreateVolumeResponse{Volume: &csi.Volume{
 		VolumeId:      id.String(),
-		CapacityBytes: size,
+		CapacityBytes: n.size,
 		VolumeContext: volumecontext.Image{ClusterID: params.ClusterID, Pool: params.Pool, Namespace: params.Namespace,
-			Name: rbdname.Image(rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters,
+			Name: rbdname.Image(n.rec.UID), Mounter: params.Mounter, TryOtherMounters: params.TryOtherMounters,
 			Encrypted: key != nil, Librbd: key != nil, KMSID: params.KMSID}.Map(),
 		ContentSource:      req.GetVolumeContentSource(),
 		AccessibleTopology: topology,
 	}}, nil
+}
+
+// newImage is one CreateVolume's image, filled in step by step: where it goes and from what
+// (before the reservation), then its reservation.
+type newImage struct {
+	dst    radosop.Location
+	size   int64 // the volume's size; on a repeat, the size the reservation recorded
+	params volumeParams
+	src    source
+	key    *classKey // the class's encryption, nil for a plain volume
+	o      origin
+	srcEnc *kms.ImageState // the source's encryption, nil for a plain source (or none)
+	// raw is the image's size: an encrypted copy is larger than the volume by its source's
+	// LUKS header
+	raw     uint64
+	rec     *journal.Record
+	created bool // the reservation is new: there is no image of it yet
+}
+
+// placeVolume picks the pool by topology when the class names topology pools (filling in
+// params), then checks the placement exists, before anything is written there.
+func (c *Controller) placeVolume(ctx context.Context, conn *ceph.Conn, params *volumeParams, name string, req *csi.TopologyRequirement) ([]*csi.Topology, int64, error) {
+	var topology []*csi.Topology
+	if len(params.TopologyPools) > 0 {
+		var err error
+		if topology, err = c.placeByTopology(ctx, conn, params, name, req); err != nil {
+			return nil, 0, err
+		}
+	}
+	poolID, err := checkPlacement(ctx, conn, *params)
+	return topology, poolID, err
+}
+
+// checkSourceOf resolves the content source and checks it can be copied at the image's size,
+// before the reservation: a request that cannot succeed must leave nothing behind.
+func (c *Controller) checkSourceOf(ctx context.Context, conn *ceph.Conn, n *newImage) error {
+	o, err := c.resolveSource(ctx, conn, n.src)
+	if err != nil {
+		return err
+	}
+	srcEnc, err := sourceEncryption(ctx, o, n.key)
+	if err != nil {
+		return err
+	}
+	n.o, n.srcEnc, n.raw = o, srcEnc, uint64(n.size)
+	if srcEnc != nil {
+		n.raw += srcEnc.HeaderBytes
+	}
+	return checkSource(ctx, o, n.raw)
+}
+
+// reserve reserves the name with what a repeat must agree with, or finds the reservation of an
+// earlier attempt and checks the request is the same; a repeat takes the recorded size.
+func (n *newImage) reserve(ctx context.Context, req *csi.CreateVolumeRequest, name string) error {
+	attrs := map[string]string{
+		attrSize: strconv.FormatInt(n.size, 10), attrSource: n.src.String(),
+		attrFeatures: joinFeatures(n.params.Features), attrDataPool: n.params.DataPool,
+	}
+	if n.o.csi != nil {
+		attrs[attrOrigin] = n.o.attr(n.o.csi.LocationID)
+	}
+	if n.key != nil {
+		attrs[attrEncryption], attrs[attrKMSID] = encryptionLUKS2, n.key.kmsID
+	}
+	rec, created, err := journal.Reserve(ctx, n.dst, journal.Volume, name, attrs)
+	if err != nil {
+		return err
+	}
+	n.rec, n.created = rec, created
+	if !created {
+		if n.size, err = compatible(rec, req, n.src, n.key); err != nil {
+			return err
+		}
+	}
+	if n.srcEnc != nil {
+		n.raw = uint64(n.size) + n.srcEnc.HeaderBytes // a repeat: the size the volume was made with
+	}
+	return nil
+}
+
+// makeImage creates (or finishes creating) the reserved image: its content, then encryption,
+// QoS and owner. A failure gives the reservation back, unless an image of it already exists.
+func (c *Controller) makeImage(ctx context.Context, req *csi.CreateVolumeRequest, n newImage, id volid.RBDVolume, q qos) error {
+	image := rbdname.Image(n.rec.UID)
+	var err error
+	switch {
+	case n.rec.Attrs[attrState] == stateReady:
+	case n.o.member != nil:
+		err = c.restoreMember(ctx, n.dst, n.rec.UID, uint64(n.size), n.params, *n.o.member)
+	case n.src.Snap != nil:
+		err = c.clone(ctx, n.o.loc, n.o.image, n.o.snap, n.dst, image, n.raw, n.params, n.o.what)
+	case n.src.Vol != nil:
+		err = c.cloneFromVolume(ctx, n.dst, n.rec.UID, n.raw, n.params, n.o)
+	default:
+		err = ensureBlank(ctx, n.dst, image, uint64(n.size), n.params, n.created)
+	}
+	if err == nil && n.key != nil {
+		// every time: a crash after the create may have come before the encryption
+		err = ensureEncrypted(ctx, n.dst, image, id.String(), uint64(n.size), n.key)
+	}
+	if err == nil && len(q) > 0 {
+		// every time, not only for a new image: a crash after the create may have come first
+		err = setQoS(ctx, n.dst, image, q)
+	}
+	if err == nil {
+		// every time too, and before the volume is answered: an image the CO was given
+		// always names its PV
+		err = setImageOwner(ctx, n.dst, image, owner.FromParams(req.GetParameters(), owner.VolumeKeys, c.opts.ClusterName), true)
+	}
+	if err != nil {
+		giveBack(ctx, n.dst, journal.Volume, n.rec, err, func(io *rados.IOContext) (bool, error) {
+			st, err := inspect(io, image)
+			return st.exists, err
+		})
+	}
+	return err
 }
 
 // checkPlacement checks that the pool, RBD namespace and data pool a volume would use exist,

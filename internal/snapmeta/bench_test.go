@@ -83,7 +83,7 @@ func BenchmarkGetMetadataDelta(b *testing.B) {
 	engineOnly := func() (int, time.Duration) {
 		t0 := time.Now()
 		count := 0
-		err := e.engine.Stream(context.Background(), Query{Target: SnapshotID{RBDSnapshot: target}, Base: &SnapshotID{RBDSnapshot: base}, Secrets: e.cl.Secrets()},
+		err := e.engine.Stream(context.Background(), Query{Target: SnapshotID{Own: target}, Base: &SnapshotID{Own: base}, Secrets: e.cl.Secrets()},
 			func(_ Header, ext []Extent) error { count += len(ext); return nil })
 		if err != nil {
 			b.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/radosop"
+	"github.com/monoceph/monoceph/internal/volid"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
@@ -97,7 +98,7 @@ func (e *Engine) produceCephCSI(ctx context.Context, conn *ceph.Conn, q Query, h
 }
 
 // csiSnapshotEntry reads a ceph-csi snapshot's journal entry; missing is NOT_FOUND.
-func csiSnapshotEntry(ctx context.Context, loc radosop.Location, h cephcsi.Handle, what string) (*cephcsi.Entry, error) {
+func csiSnapshotEntry(ctx context.Context, loc radosop.Location, h volid.Handle, what string) (*cephcsi.Entry, error) {
 	e, err := cephcsi.Read(ctx, loc, cephcsi.Snapshots, h.UUID)
 	if err != nil {
 		return nil, err

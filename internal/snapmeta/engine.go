@@ -11,7 +11,6 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/clustermap"
 	"github.com/monoceph/monoceph/internal/controller"
 	"github.com/monoceph/monoceph/internal/rbd/rbdname"
@@ -84,26 +83,8 @@ func NewEngine(o Options) *Engine {
 	return &Engine{ctrl: controller.Base{Clusters: o.Clusters, Pool: o.Pool}, opts: o, diffs: make(chan struct{}, o.MaxConcurrentDiffs)}
 }
 
-// SnapshotID is a snapshot ID of either format: monoceph's (the embedded RBDSnapshot) or a
-// ceph-csi handle (CSI set).
-type SnapshotID struct {
-	volid.RBDSnapshot
-	CSI *cephcsi.Handle
-}
-
-func (s SnapshotID) String() string {
-	if s.CSI != nil {
-		return s.CSI.String()
-	}
-	return s.RBDSnapshot.String()
-}
-
-func (s SnapshotID) clusterID() string {
-	if s.CSI != nil {
-		return s.CSI.ClusterID
-	}
-	return s.ClusterID
-}
+// SnapshotID is a snapshot ID of either format: monoceph's (Own) or a ceph-csi handle (CSI set).
+type SnapshotID = volid.Either[volid.RBDSnapshot]
 
 // Query asks for the allocated extents of Target (Base nil) or the extents changed from Base
 // to Target.
@@ -130,18 +111,11 @@ func ParseSnapshotID(field, id string) (SnapshotID, error) {
 	if id == "" {
 		return SnapshotID{}, status.Errorf(codes.InvalidArgument, "%s is missing", field)
 	}
-	if cephcsi.IsHandle(id) {
-		h, err := cephcsi.ParseHandle(id)
-		if err != nil {
-			return SnapshotID{}, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
-		}
-		return SnapshotID{CSI: &h}, nil
-	}
-	s, err := volid.ParseRBDSnapshot(id)
+	s, err := volid.ParseEither(id, volid.ParseRBDSnapshot)
 	if err != nil {
 		return SnapshotID{}, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 	}
-	return SnapshotID{RBDSnapshot: s}, nil
+	return s, nil
 }
 
 // errStopped is what the librbd callback returns to end the iteration early; librbd passes it
@@ -160,7 +134,7 @@ func (e *Engine) Stream(ctx context.Context, q Query, send func(Header, []Extent
 		ctx, cancel = context.WithTimeout(ctx, e.opts.MaxStreamDuration)
 		defer cancel()
 	}
-	cl, err := e.ctrl.Cluster(q.Target.clusterID(), codes.NotFound, "snapshot")
+	cl, err := e.ctrl.Cluster(q.Target.ClusterID(), codes.NotFound, "snapshot")
 	if err != nil {
 		return err
 	}
@@ -219,7 +193,7 @@ func (e *Engine) check(q Query) error {
 	// a ceph-csi volume's snapshots are all ceph-csi handles and a monoceph volume's none, so
 	// a pair of mixed formats is two volumes; two handles are compared by their journal entries
 	if q.Base != nil && ((q.Base.CSI == nil) != (q.Target.CSI == nil) ||
-		q.Base.CSI == nil && q.Base.RBDVolume != q.Target.RBDVolume ||
+		q.Base.CSI == nil && q.Base.Own.RBDVolume != q.Target.Own.RBDVolume ||
 		q.Base.CSI != nil && (q.Base.CSI.ClusterID != q.Target.CSI.ClusterID || q.Base.CSI.LocationID != q.Target.CSI.LocationID)) {
 		return status.Errorf(codes.InvalidArgument, "base snapshot %s and target snapshot %s are snapshots of different volumes",
 			q.Base.String(), q.Target.String())
@@ -244,24 +218,24 @@ func (e *Engine) produce(ctx context.Context, conn *ceph.Conn, q Query, hdr *Hea
 	if q.Target.CSI != nil {
 		return e.produceCephCSI(ctx, conn, q, hdr, msgs)
 	}
-	image := rbdname.Image(q.Target.UID)
+	image := rbdname.Image(q.Target.Own.UID)
 	_, err := ceph.Call(ctx, conn, "diff "+image+" at "+q.Target.String(), func(r *rados.Conn) (struct{}, error) {
 		done, err := e.turn(ctx)
 		if err != nil {
 			return struct{}{}, err
 		}
 		defer done()
-		pool, err := r.GetPoolByID(q.Target.PoolID)
+		pool, err := r.GetPoolByID(q.Target.Own.PoolID)
 		if err != nil {
-			return struct{}{}, notFound(err, "snapshot %s does not exist (pool %d: %v)", q.Target.String(), q.Target.PoolID, err)
+			return struct{}{}, notFound(err, "snapshot %s does not exist (pool %d: %v)", q.Target.String(), q.Target.Own.PoolID, err)
 		}
 		io, err := r.OpenIOContext(pool)
 		if err != nil {
 			return struct{}{}, err
 		}
 		defer io.Destroy()
-		io.SetNamespace(q.Target.Namespace)
-		img, err := openTarget(io, q.Target.RBDSnapshot)
+		io.SetNamespace(q.Target.Own.Namespace)
+		img, err := openTarget(io, q.Target.Own)
 		if err != nil {
 			return struct{}{}, notFound(err, "snapshot %s does not exist", q.Target.String())
 		}
@@ -320,7 +294,7 @@ func (e *Engine) iterate(ctx context.Context, io *rados.IOContext, img *snapImag
 	}
 	var from fromSnap
 	if q.Base != nil {
-		if from, err = baseSnapshot(io, img, q.Base.RBDSnapshot, q.Target.RBDSnapshot); err != nil {
+		if from, err = baseSnapshot(io, img, q.Base.Own, q.Target.Own); err != nil {
 			return err
 		}
 	}

@@ -1,5 +1,6 @@
 // Package volid encodes and decodes monoceph's self-describing volume and snapshot IDs, and the
-// short unique IDs (UIDs) they end in.
+// short unique IDs (UIDs) they end in; the handles ceph-csi gives its volumes and snapshots
+// (handle.go); and IDs of either format (Either), so each of the two is parsed in one place.
 //
 // An ID names everything needed to find its Ceph object without a lookup, and stays within the
 // CSI limit of 128 bytes:

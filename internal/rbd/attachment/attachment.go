@@ -27,7 +27,6 @@ import (
 
 	"github.com/ceph/go-ceph/rados"
 	"github.com/monoceph/monoceph/internal/ceph"
-	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/radosop"
 	"github.com/monoceph/monoceph/internal/volid"
 )
@@ -49,12 +48,19 @@ func ObjectName(uid string) string { return "monoceph.attach." + uid }
 // nothing else. ok is false for an ID of neither format (a pre-provisioned volume's own
 // handle), which has no attachment object.
 func Key(volumeID string) (key string, ok bool) {
-	if cephcsi.IsHandle(volumeID) {
-		h, err := cephcsi.ParseHandle(volumeID)
-		return h.UUID, err == nil
+	id, err := volid.ParseEither(volumeID, volid.ParseRBDVolume)
+	if err != nil {
+		return "", false
 	}
-	id, err := volid.ParseRBDVolume(volumeID)
-	return id.UID, err == nil
+	return KeyOf(id), true
+}
+
+// KeyOf is Key of an ID already parsed.
+func KeyOf(id volid.Either[volid.RBDVolume]) string {
+	if id.CSI != nil {
+		return id.CSI.UUID
+	}
+	return id.Own.UID
 }
 
 // Publication is one node a volume is published to.

@@ -124,7 +124,7 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 func TestKey(t *testing.T) {
 	const uuid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 	mono := volid.RBDVolume{ClusterID: "rook-ceph", PoolID: 3, Namespace: "ns", UID: "abcdefghijklmnop"}.String()
-	handle := cephcsi.Handle{ClusterID: "rook-ceph", LocationID: 3, UUID: uuid}.String()
+	handle := volid.Handle{ClusterID: "rook-ceph", LocationID: 3, UUID: uuid}.String()
 	for _, c := range []struct {
 		id, key string
 		ok      bool
@@ -145,7 +145,7 @@ func TestKey(t *testing.T) {
 			continue
 		}
 		// the kinds are disjoint: a UUID is never a UID and a UID never a UUID
-		if cephcsi.IsHandle(c.id) == volid.ValidUID(key) || cephcsi.IsHandle(c.id) != (cephcsi.UUIDOf(key) == key) {
+		if volid.IsHandle(c.id) == volid.ValidUID(key) || volid.IsHandle(c.id) != (cephcsi.UUIDOf(key) == key) {
 			t.Errorf("key %q of %q could be a key of the other format", key, c.id)
 		}
 	}

@@ -1,4 +1,4 @@
-package cephcsi
+package volid
 
 import (
 	"encoding/binary"
@@ -23,6 +23,9 @@ const UUIDLen = 36
 // maxClusterIDLen is ceph-csi's own limit: it refuses to compose a handle longer than 128
 // bytes, and the fixed part takes 64.
 const maxClusterIDLen = 64
+
+// ValidUUID reports whether s is a UUID as ceph-csi writes it (see uuidPattern).
+func ValidUUID(s string) bool { return uuidPattern.MatchString(s) }
 
 // uuidPattern is the text form of the UUIDs ceph-csi reserves (google/uuid, lower case); the
 // UUID names RADOS objects (csi.volume.<uuid>), so nothing else is accepted.
@@ -114,24 +117,4 @@ func hexUint(s string) (uint64, bool) {
 		v = v<<8 | uint64(c)
 	}
 	return v, true
-}
-
-func truncate(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "…"
-	}
-	return s
-}
-
-// UUIDOf returns the UUID a ceph-csi image, subvolume or snapshot name ends in (whatever its
-// prefix), or "" when it ends in none: ceph-csi names every object <prefix><uuid>.
-func UUIDOf(name string) string {
-	if len(name) < UUIDLen {
-		return ""
-	}
-	u := name[len(name)-UUIDLen:]
-	if !uuidPattern.MatchString(u) {
-		return ""
-	}
-	return u
 }
