@@ -395,14 +395,26 @@ func TestEncryptionKeyRotationCrash(t *testing.T) {
 			assertOpens(t, h, dek, "the KMS's DEK after the kill")
 			t.Logf("killed at %s: the KMS holds the %s DEK, pending DEK recorded: %v, key slots %v",
 				point, map[bool]string{true: "old", false: "new"}[bytes.Equal(dek, before)], pending != nil, h.Slots())
+			if pending == nil {
+				// every point is past the DEK's making: without its record the retry starts
+				// another rotation, and a slot already written for this one is left to chance
+				t.Fatal("no pending DEK is recorded: the retry cannot finish this rotation")
+			}
+			pendingSlot, err := h.Unlock(pending)
+			if err != nil {
+				pendingSlot = -1 // its slot is not (completely) written yet
+			}
 			start := time.Now()
 			if err := r.rotate(vol); err != nil {
 				t.Fatalf("retry: %v", err)
 			}
 			t.Logf("the retry took %v", time.Since(start))
 			after := r.assertRotated(vol, before)
-			if pending != nil && !bytes.Equal(after, pending) {
+			if !bytes.Equal(after, pending) {
 				t.Fatal("the retry did not finish the rotation the kill interrupted: the KMS's DEK is not the pending one")
+			}
+			if _, _, h := r.keys(vol); pendingSlot >= 0 && h.Slots()[0] != pendingSlot {
+				t.Fatalf("the retry left slot %v, not the pending DEK's slot %d, which the kill left written", h.Slots(), pendingSlot)
 			}
 		})
 	}
