@@ -189,9 +189,11 @@ func (m *metadataStore) open(key string) ([]byte, error) {
 
 func (m *metadataStore) Current(context.Context) ([]byte, error) { return m.open(MetadataDEKKey) }
 
+// Pending ignores a record the passphrase does not unwrap for this volume (Current did): a
+// clone inherits its source's metadata, and with it a rotation the source left pending.
 func (m *metadataStore) Pending(context.Context) ([]byte, error) {
 	dek, err := m.open(PendingDEKKey)
-	if errors.Is(err, ErrNoMetadata) {
+	if errors.Is(err, ErrNoMetadata) || errors.Is(err, ErrWrongPassphrase) {
 		return nil, nil
 	}
 	return dek, err

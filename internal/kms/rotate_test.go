@@ -233,4 +233,11 @@ func TestKeyStore(t *testing.T) {
 	if _, err := other.Current(ctx); !errors.Is(err, ErrWrongPassphrase) {
 		t.Fatalf("another volume's store: %v, want ErrWrongPassphrase", err)
 	}
+	// a pending record a clone inherited from its source is not the clone's
+	if err := ks.SetPending(ctx, []byte("dek-2")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := other.Pending(ctx); p != nil || err != nil {
+		t.Fatalf("another volume's pending record: %q, %v; want none", p, err)
+	}
 }
