@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
 )
 
 // KeyRotation is the csi-addons EncryptionKeyRotationController service of an RBD node (what
@@ -60,6 +63,9 @@ func (k *KeyRotation) EncryptionKeyRotate(ctx context.Context, req *ekrpb.Encryp
 	volumeID := req.GetVolumeId()
 	if volumeID == "" {
 		return nil, nodereq.Missing("volume_id")
+	}
+	if req.GetEncryptionKey() != "" {
+		return nil, status.Error(codes.InvalidArgument, "encryption_key: monoceph makes each new DEK itself (random, as at CreateVolume); a key chosen by the caller is not supported")
 	}
 	cred, err := nodereq.Credentials(req.GetSecrets())
 	if err != nil {
@@ -169,6 +175,12 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 	if err != nil {
 		return 0, rotationStatus(volumeID, st.KMSID, err)
 	}
+	unlock, err := lockRotation(io, img, volumeID)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	// the header is read under the lock: another node's rotation may just have changed it
 	raw := make([]byte, st.HeaderBytes)
 	if _, err := img.ReadAt(raw, 0); err != nil {
 		return 0, err
@@ -185,6 +197,62 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 		return hdr.pause, rotationStatus(volumeID, st.KMSID, err)
 	}
 	return hdr.pause, nil
+}
+
+// rotationLockName is the RADOS lock on the image's header object that keeps two nodes from
+// rotating one volume at once (the op locks are per node): each edits a copy of the header of
+// its own, and the later write would drop the slot the other added.
+const rotationLockName = "monoceph.key-rotation"
+
+// rotationLease is how long the lock holds without renewal: a plugin killed while holding it
+// keeps other rotations of the volume out (ABORTED) until it expires.
+var rotationLease = time.Minute
+
+// lockRotation takes the rotation lock of img, renewed every third of its lease until the
+// returned function releases it; ABORTED while another holds it.
+func lockRotation(io *rados.IOContext, img *rbd.Image, volumeID string) (func(), error) {
+	id, err := img.GetId()
+	if err != nil {
+		return nil, err
+	}
+	oid := "rbd_header." + id
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, err
+	}
+	cookie := hex.EncodeToString(b[:])
+	lease := rotationLease
+	ret, err := io.LockExclusive(oid, rotationLockName, cookie, "key rotation", lease, nil)
+	if err != nil {
+		return nil, err
+	}
+	if ret != 0 {
+		return nil, status.Errorf(codes.Aborted, "volume %q: another key rotation holds its lock (on another node, or a killed plugin's, which lapses within %v)", volumeID, lease)
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		renew := byte(1) // LIBRADOS_LOCK_FLAG_MAY_RENEW
+		t := time.NewTicker(lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if ret, err := io.LockExclusive(oid, rotationLockName, cookie, "key rotation", lease, &renew); err != nil || ret != 0 {
+					klog.InfoS("Renewing the key rotation lock failed; the rotation goes on", "volumeID", volumeID, "ret", ret, "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+		if _, err := io.Unlock(oid, rotationLockName, cookie); err != nil {
+			klog.InfoS("Releasing the key rotation lock failed; it lapses with its lease", "volumeID", volumeID, "err", err)
+		}
+	}, nil
 }
 
 // rotationStatus is the status of a KMS or rotation error.

@@ -316,6 +316,20 @@ func TestEncryptionKeyRotation(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer img.Close()
+		// another node's rotation in flight: its lock on the header object
+		imgID, err := img.GetId()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret, err := r.io.LockExclusive("rbd_header."+imgID, rotationLockName, "other-node", "test", time.Minute, nil); err != nil || ret != 0 {
+			t.Fatalf("taking the rotation lock: %d, %v", ret, err)
+		}
+		if err := r.rotate(vol); status.Code(err) != codes.Aborted {
+			t.Errorf("a rotation in flight elsewhere: %v, want ABORTED", err)
+		}
+		if _, err := r.io.Unlock("rbd_header."+imgID, rotationLockName, "other-node"); err != nil {
+			t.Fatal(err)
+		}
 		snap, err := img.CreateSnapshot("keep")
 		if err != nil {
 			t.Fatal(err)
@@ -337,6 +351,9 @@ type rotationCrash struct {
 
 const rotationCrashEnv = "MONOCEPH_RBD_ROTATION_CRASH"
 
+// crashLease is the rotation lock's lease in the crash test: a killed child's lapses soon.
+const crashLease = 5 * time.Second
+
 // TestRotationCrashChild is the child side of TestEncryptionKeyRotationCrash: a node plugin
 // rotates the volume's key and dies at the armed fault point. It does nothing in a normal run.
 func TestRotationCrashChild(t *testing.T) {
@@ -348,6 +365,7 @@ func TestRotationCrashChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &c); err != nil {
 		t.Fatal(err)
 	}
+	rotationLease = crashLease
 	cl := cephtest.Env(t)
 	s := newTestServer(t, cl.ClusterMap(), nil)
 	cfg, err := kms.Parse([]byte(rotationKMS))
@@ -371,6 +389,9 @@ func TestEncryptionKeyRotationCrash(t *testing.T) {
 	if os.Getenv(rotationCrashEnv) != "" {
 		t.Skip("in the child")
 	}
+	lease := rotationLease
+	rotationLease = crashLease
+	t.Cleanup(func() { rotationLease = lease })
 	r := newRotationRig(t)
 	vol := r.create("pvc-rotate-crash")
 	id := vol.GetVolumeId()
@@ -405,7 +426,13 @@ func TestEncryptionKeyRotationCrash(t *testing.T) {
 				pendingSlot = -1 // its slot is not (completely) written yet
 			}
 			start := time.Now()
-			if err := r.rotate(vol); err != nil {
+			// the killed child's rotation lock keeps the retry out until its lease lapses
+			err = r.rotate(vol)
+			for status.Code(err) == codes.Aborted && time.Since(start) < 4*crashLease {
+				time.Sleep(time.Second)
+				err = r.rotate(vol)
+			}
+			if err != nil {
 				t.Fatalf("retry: %v", err)
 			}
 			t.Logf("the retry took %v", time.Since(start))

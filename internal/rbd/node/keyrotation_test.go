@@ -28,6 +28,7 @@ func TestEncryptionKeyRotateRequest(t *testing.T) {
 		text string
 	}{
 		{"no volume ID", &ekrpb.EncryptionKeyRotateRequest{Secrets: secrets, Parameters: vc}, false, codes.InvalidArgument, "volume_id"},
+		{"a key of the caller's", &ekrpb.EncryptionKeyRotateRequest{VolumeId: "v", EncryptionKey: "k", Secrets: secrets, Parameters: vc}, false, codes.InvalidArgument, "encryption_key"},
 		{"no secrets", &ekrpb.EncryptionKeyRotateRequest{VolumeId: "v", Parameters: vc}, false, codes.InvalidArgument, "secrets"},
 		{"bad volume context", &ekrpb.EncryptionKeyRotateRequest{VolumeId: "v", Secrets: secrets, Parameters: with(volumecontext.Pool, "../x")}, false, codes.InvalidArgument, `parameters (the volume context): volume_context["pool"]`},
 		{"no volume context, not staged", &ekrpb.EncryptionKeyRotateRequest{VolumeId: "v", Secrets: secrets}, false, codes.InvalidArgument, "not staged on this node"},
