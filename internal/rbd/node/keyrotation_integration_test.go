@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"testing"
 	"time"
@@ -258,7 +259,14 @@ func TestEncryptionKeyRotation(t *testing.T) {
 		}
 	}()
 	start := time.Now()
+	// a rotation this slow is stuck somewhere: say where
+	watchdog := time.AfterFunc(90*time.Second, func() {
+		var buf bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		t.Logf("the rotation has run for 90 s; goroutines:\n%s", buf.String())
+	})
 	err = r.rotate(vol)
+	watchdog.Stop()
 	took := time.Since(start)
 	close(stop)
 	wg.Wait()
