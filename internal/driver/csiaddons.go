@@ -48,8 +48,8 @@ func (c Config) fenceOptions() fence.Options {
 
 // registerCSIAddons serves the csi-addons services on their own socket: FenceController
 // with a controller, ReclaimSpace (offline: sparsify) and volume replication (RBD mirroring)
-// with an RBD controller, ReclaimSpace with an RBD node
-// (online: fstrim), and the Identity advertising what was registered here. CephFS advertises
+// with an RBD controller, ReclaimSpace (online: fstrim) and EncryptionKeyRotation with an RBD
+// node, and the Identity advertising what was registered here. CephFS advertises
 // no ReclaimSpace, as ceph-csi: a deleted file's objects are freed by the MDS at once, there
 // is nothing to trim or sparsify, and csi-addons then schedules no reclaim for its volumes.
 func (d *Driver) registerCSIAddons() {
@@ -76,6 +76,9 @@ func (d *Driver) registerCSIAddons() {
 		rs.Register(d.addons.Server)
 		caps = append(caps, fence.ServiceCapability(identitypb.Capability_Service_NODE_SERVICE))
 		caps = append(caps, rs.Capabilities()...)
+		kr := d.rbdNode.KeyRotation()
+		kr.Register(d.addons.Server)
+		caps = append(caps, kr.Capabilities()...)
 	}
 	fence.RegisterIdentity(d.addons.Server, fence.NewIdentity(d.cfg.DriverName, version.Get(), d.ready.Load, caps...))
 }

@@ -55,8 +55,8 @@ func TestCSIAddonsCLI(t *testing.T) {
 		caps []string
 	}{
 		{ModeController, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "OFFLINE", "VOLUME_REPLICATION"}},
-		{ModeNode, []string{"NODE_SERVICE", "ONLINE"}},
-		{ModeAll, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "GET_CLIENTS_TO_FENCE", "OFFLINE", "VOLUME_REPLICATION", "NODE_SERVICE", "ONLINE"}},
+		{ModeNode, []string{"NODE_SERVICE", "ONLINE", "ENCRYPTIONKEYROTATION"}},
+		{ModeAll, []string{"CONTROLLER_SERVICE", "NETWORK_FENCE", "GET_CLIENTS_TO_FENCE", "OFFLINE", "VOLUME_REPLICATION", "NODE_SERVICE", "ONLINE", "ENCRYPTIONKEYROTATION"}},
 	} {
 		t.Run(string(tt.mode), func(t *testing.T) {
 			d, err := New(testConfig(t, tt.mode))
@@ -101,7 +101,7 @@ func TestCSIAddonsCLI(t *testing.T) {
 					t.Errorf("GetCapabilities lacks %s: %s", c, out)
 				}
 			}
-			if tt.mode == ModeController && regexp.MustCompile(`GET_CLIENTS_TO_FENCE|NODE_SERVICE|\bONLINE`).MatchString(out) {
+			if tt.mode == ModeController && regexp.MustCompile(`GET_CLIENTS_TO_FENCE|NODE_SERVICE|\bONLINE|ENCRYPTIONKEYROTATION`).MatchString(out) {
 				t.Errorf("a controller-only process claims a node's capability: %s", out)
 			}
 			if tt.mode == ModeNode && regexp.MustCompile(`CONTROLLER_SERVICE|NETWORK_FENCE|OFFLINE|VOLUME_REPLICATION`).MatchString(out) {

@@ -1,0 +1,481 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ceph/go-ceph/rados"
+	"github.com/ceph/go-ceph/rbd"
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	ekrpb "github.com/csi-addons/spec/lib/go/encryptionkeyrotation"
+	"github.com/monoceph/monoceph/internal/cephtest"
+	"github.com/monoceph/monoceph/internal/childtest"
+	"github.com/monoceph/monoceph/internal/kms"
+	"github.com/monoceph/monoceph/internal/luks"
+	"github.com/monoceph/monoceph/internal/oplock"
+	rbdctl "github.com/monoceph/monoceph/internal/rbd"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// rotationKMS is the KMS configuration of the rotation tests: the metadata provider.
+const rotationKMS = `{"meta": {"encryptionKMSType": "metadata"}}`
+
+// rotationPassphrase wraps the test volumes' DEKs (the class's encryptionPassphrase).
+const rotationPassphrase = "rotation test passphrase"
+
+// rotationRig is the node rig with the metadata KMS, a controller to create encrypted volumes
+// and a RADOS namespace of the test's own.
+type rotationRig struct {
+	*rig
+	ctrl    *rbdctl.Controller
+	ns      string
+	io      *rados.IOContext
+	secrets map[string]string
+}
+
+func newRotationRig(t *testing.T) *rotationRig {
+	r := newRig(t)
+	cfg, err := kms.Parse([]byte(rotationKMS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.s.opts.KMS = cfg
+	ctrl := rbdctl.NewController(rbdctl.Options{Clusters: r.cl.Clusters(t, ""), Pool: r.s.opts.Pool, Locks: oplock.New(), KMS: cfg})
+	io, err := r.conn.Rados().OpenIOContext(r.cl.RBDPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("rot%d", time.Now().UnixNano()%1e12)
+	if err := rbd.NamespaceCreate(io, ns); err != nil {
+		t.Fatal(err)
+	}
+	io.SetNamespace(ns)
+	t.Cleanup(func() {
+		names, _ := rbd.GetImageNames(io)
+		for _, n := range names {
+			if img, err := rbd.OpenImage(io, n, rbd.NoSnapshot); err == nil {
+				snaps, _ := img.GetSnapshotNames()
+				for _, s := range snaps {
+					_ = img.GetSnapshot(s.Name).Remove()
+				}
+				img.Close()
+			}
+			_ = rbd.RemoveImage(io, n)
+		}
+		_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
+		io.SetNamespace("")
+		_ = rbd.NamespaceRemove(io, ns)
+		io.Destroy()
+	})
+	secrets := maps.Clone(r.cl.Secrets())
+	secrets[kms.PassphraseKey] = rotationPassphrase
+	return &rotationRig{rig: r, ctrl: ctrl, ns: ns, io: io, secrets: secrets}
+}
+
+// create makes an encrypted block volume of the metadata provider.
+func (r *rotationRig) create(name string) *csi.Volume {
+	r.t.Helper()
+	resp, err := r.ctrl.CreateVolume(r.ctx, &csi.CreateVolumeRequest{
+		Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 * mib},
+		VolumeCapabilities: []*csi.VolumeCapability{blockCap(rwo)},
+		Parameters: map[string]string{"clusterID": r.cl.ID, "pool": r.cl.RBDPool, "radosNamespace": r.ns,
+			"encrypted": "true", "encryptionKMSID": "meta"},
+		Secrets: r.secrets,
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return resp.GetVolume()
+}
+
+func (r *rotationRig) rotate(vol *csi.Volume) error {
+	_, err := r.s.KeyRotation().EncryptionKeyRotate(r.ctx, &ekrpb.EncryptionKeyRotateRequest{
+		VolumeId: vol.GetVolumeId(), Parameters: vol.GetVolumeContext(), Secrets: r.secrets})
+	return err
+}
+
+// keys reads the volume's image: the DEK its metadata keeps (what the KMS hands out), the
+// pending DEK (nil without one) and its LUKS header.
+func (r *rotationRig) keys(vol *csi.Volume) (dek, pending []byte, header *luks.Header) {
+	t := r.t
+	t.Helper()
+	img, err := rbd.OpenImageReadOnly(r.io, vol.GetVolumeContext()["imageName"], rbd.NoSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer img.Close()
+	v, err := img.GetMetadata(kms.StateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kms.ParseImageState(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unwrap := func(key string) []byte {
+		w, err := img.GetMetadata(key)
+		if errors.Is(err, rbd.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			t.Fatalf("metadata %s: %v", key, err)
+		}
+		d, err := kms.Unwrap([]byte(rotationPassphrase), vol.GetVolumeId(), w)
+		if err != nil {
+			t.Fatalf("unwrapping %s: %v", key, err)
+		}
+		return d
+	}
+	dek, pending = unwrap(kms.MetadataDEKKey), unwrap(kms.PendingDEKKey)
+	raw := make([]byte, st.HeaderBytes)
+	if _, err := img.ReadAt(raw, 0); err != nil {
+		t.Fatal(err)
+	}
+	h, err := luks.Load(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return dek, pending, h
+}
+
+// assertOpens: the header opens with key.
+func assertOpens(t *testing.T, h *luks.Header, key []byte, what string) {
+	t.Helper()
+	if _, err := h.Unlock(key); err != nil {
+		t.Fatalf("the header does not open with %s: %v", what, err)
+	}
+}
+
+// assertRotated: after a rotation from old, the KMS's DEK is another, opens the header's only
+// slot, old opens nothing, and no pending DEK is left.
+func (r *rotationRig) assertRotated(vol *csi.Volume, old []byte) []byte {
+	t := r.t
+	t.Helper()
+	dek, pending, h := r.keys(vol)
+	switch {
+	case bytes.Equal(dek, old):
+		t.Fatal("the KMS still holds the old DEK")
+	case pending != nil:
+		t.Fatal("a pending DEK is left")
+	case len(h.Slots()) != 1:
+		t.Fatalf("key slots %v, want one", h.Slots())
+	}
+	if _, err := h.Unlock(old); !errors.Is(err, luks.ErrWrongKey) {
+		t.Fatalf("the old DEK: %v, want it to open nothing", err)
+	}
+	assertOpens(t, h, dek, "the KMS's new DEK")
+	return dek
+}
+
+// TestEncryptionKeyRotation: the DEK of a staged encrypted volume (metadata provider) is
+// rotated while a writer keeps writing through the FUSE server; the old DEK no longer opens
+// the header, the new one (from the KMS) does, and the data reads back, also after the volume
+// is staged again with the new DEK. A second rotation, and a third right after it, work too.
+// Volumes without a DEK of their own, or with snapshots, are refused.
+func TestEncryptionKeyRotation(t *testing.T) {
+	r := newRotationRig(t)
+	vol := r.create("pvc-rotate")
+	id := vol.GetVolumeId()
+	base := r.workspace(id, "target")
+	staging, target := filepath.Join(base, "staging"), filepath.Join(base, "target")
+	stage := func() {
+		t.Helper()
+		if _, err := r.s.NodeStageVolume(r.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+			VolumeCapability: blockCap(rwo), VolumeContext: vol.GetVolumeContext(), Secrets: r.secrets}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.publish(id, staging, target, blockCap(rwo), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unstage := func() {
+		t.Helper()
+		if err := r.unpublish(id, target); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.unstage(id, staging); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stage()
+	data := bytes.Repeat([]byte("rotation pattern\n"), 1000)
+	writeData(t, target, true, data)
+	old, _, _ := r.keys(vol)
+
+	// a writer syncing 4 KiB blocks past the pattern for as long as the rotation runs
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var baseline, during time.Duration
+	var writes int
+	var writeErr error
+	f, err := os.OpenFile(target, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := bytes.Repeat([]byte{0xa5}, 4096)
+	write := func(i int) (time.Duration, error) {
+		start := time.Now()
+		if _, err := f.WriteAt(block, int64(1<<20+(i%256)*4096)); err != nil {
+			return 0, err
+		}
+		err := f.Sync()
+		return time.Since(start), err
+	}
+	for i := range 20 {
+		d, err := write(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		baseline = max(baseline, d)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			d, err := write(i)
+			if err != nil {
+				writeErr = err
+				return
+			}
+			writes++
+			during = max(during, d)
+		}
+	}()
+	start := time.Now()
+	// a rotation this slow is stuck somewhere: say where
+	watchdog := time.AfterFunc(90*time.Second, func() {
+		var buf bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		t.Logf("the rotation has run for 90 s; goroutines:\n%s", buf.String())
+	})
+	err = r.rotate(vol)
+	watchdog.Stop()
+	took := time.Since(start)
+	close(stop)
+	wg.Wait()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if writeErr != nil {
+		t.Fatalf("the writer failed during the rotation: %v", writeErr)
+	}
+	t.Logf("rotation took %v; the writer made %d synced 4 KiB writes meanwhile, the slowest %v (before: %v)", took, writes, during, baseline)
+	dek1 := r.assertRotated(vol, old)
+	if got := readData(t, target, true, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("the pattern does not read back through the staged volume after the rotation")
+	}
+	unstage()
+	stage() // loads the encryption with the new DEK
+	if got := readData(t, target, true, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("the pattern does not read back after staging again with the new DEK")
+	}
+
+	if err := r.rotate(vol); err != nil {
+		t.Fatalf("second rotation: %v", err)
+	}
+	dek2 := r.assertRotated(vol, dek1)
+	if err := r.rotate(vol); err != nil {
+		t.Fatalf("the rotation repeated: %v", err)
+	}
+	r.assertRotated(vol, dek2)
+	unstage()
+	stage()
+	if got := readData(t, target, true, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("the pattern does not read back after three rotations")
+	}
+	unstage()
+
+	t.Run("refused", func(t *testing.T) {
+		// the rotated volume under another volume ID: not that volume's image
+		other := &csi.Volume{VolumeId: id + "x", VolumeContext: vol.GetVolumeContext()}
+		if err := r.rotate(other); status.Code(err) != codes.NotFound {
+			t.Errorf("another volume ID: %v, want NOT_FOUND", err)
+		}
+		gone := &csi.Volume{VolumeId: id, VolumeContext: maps.Clone(vol.GetVolumeContext())}
+		gone.VolumeContext["imageName"] = "no-such-image"
+		if err := r.rotate(gone); status.Code(err) != codes.NotFound {
+			t.Errorf("a missing image: %v, want NOT_FOUND", err)
+		}
+		plain := r.image(r.ns, 16*mib)
+		pv := &csi.Volume{VolumeId: "plain", VolumeContext: r.volumeContext(plain)}
+		if err := r.rotate(pv); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("an unencrypted volume: %v, want FAILED_PRECONDITION", err)
+		}
+		img, err := rbd.OpenImage(r.io, vol.GetVolumeContext()["imageName"], rbd.NoSnapshot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer img.Close()
+		// another node's rotation in flight: its lock on the header object
+		imgID, err := img.GetId()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret, err := r.io.LockExclusive("rbd_header."+imgID, rotationLockName, "other-node", "test", time.Minute, nil); err != nil || ret != 0 {
+			t.Fatalf("taking the rotation lock: %d, %v", ret, err)
+		}
+		if err := r.rotate(vol); status.Code(err) != codes.Aborted {
+			t.Errorf("a rotation in flight elsewhere: %v, want ABORTED", err)
+		}
+		if _, err := r.io.Unlock("rbd_header."+imgID, rotationLockName, "other-node"); err != nil {
+			t.Fatal(err)
+		}
+		snap, err := img.CreateSnapshot("keep")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.rotate(vol); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("a volume with a snapshot: %v, want FAILED_PRECONDITION", err)
+		}
+		if err := snap.Remove(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// rotationCrash is what the child of TestEncryptionKeyRotationCrash rotates.
+type rotationCrash struct {
+	VolumeID string
+	Context  map[string]string
+}
+
+const rotationCrashEnv = "MONOCEPH_RBD_ROTATION_CRASH"
+
+// crashLease is the rotation lock's lease in the crash test: a killed child's lapses soon.
+const crashLease = 5 * time.Second
+
+// TestRotationCrashChild is the child side of TestEncryptionKeyRotationCrash: a node plugin
+// rotates the volume's key and dies at the armed fault point. It does nothing in a normal run.
+func TestRotationCrashChild(t *testing.T) {
+	raw := os.Getenv(rotationCrashEnv)
+	if raw == "" {
+		t.Skip("child process of TestEncryptionKeyRotationCrash only")
+	}
+	var c rotationCrash
+	if err := json.Unmarshal([]byte(raw), &c); err != nil {
+		t.Fatal(err)
+	}
+	rotationLease = crashLease
+	cl := cephtest.Env(t)
+	s := newTestServer(t, cl.ClusterMap(), nil)
+	cfg, err := kms.Parse([]byte(rotationKMS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.opts.KMS = cfg
+	secrets := maps.Clone(cl.Secrets())
+	secrets[kms.PassphraseKey] = rotationPassphrase
+	_, err = s.KeyRotation().EncryptionKeyRotate(t.Context(), &ekrpb.EncryptionKeyRotateRequest{
+		VolumeId: c.VolumeID, Parameters: c.Context, Secrets: secrets})
+	t.Fatalf("child survived its fault point (err %v)", err)
+}
+
+// TestEncryptionKeyRotationCrash: a node plugin killed at each step of a rotation (between the
+// steps, and between the writes of a header change) leaves a volume whose header opens with
+// the DEK the KMS holds; the retry finishes the rotation that was pending (its DEK is the
+// KMS's after it), with one key slot left; the volume, staged here all along, reads its data
+// back after it is staged again with the final DEK.
+func TestEncryptionKeyRotationCrash(t *testing.T) {
+	if os.Getenv(rotationCrashEnv) != "" {
+		t.Skip("in the child")
+	}
+	lease := rotationLease
+	rotationLease = crashLease
+	t.Cleanup(func() { rotationLease = lease })
+	r := newRotationRig(t)
+	vol := r.create("pvc-rotate-crash")
+	id := vol.GetVolumeId()
+	base := r.workspace(id, "target")
+	staging, target := filepath.Join(base, "staging"), filepath.Join(base, "target")
+	if _, err := r.s.NodeStageVolume(r.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+		VolumeCapability: blockCap(rwo), VolumeContext: vol.GetVolumeContext(), Secrets: r.secrets}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.publish(id, staging, target, blockCap(rwo), false); err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("crash pattern\n"), 1000)
+	writeData(t, target, true, data)
+	b, _ := json.Marshal(rotationCrash{VolumeID: id, Context: vol.GetVolumeContext()})
+
+	for _, point := range []string{FaultHeaderWrite, kms.FaultPending, kms.FaultSlotAdded, kms.FaultCommitted, kms.FaultDestroyed} {
+		t.Run(point, func(t *testing.T) {
+			before, _, _ := r.keys(vol)
+			childtest.RunToFaultPoint(t, "TestRotationCrashChild", point, rotationCrashEnv+"="+string(b))
+			dek, pending, h := r.keys(vol)
+			assertOpens(t, h, dek, "the KMS's DEK after the kill")
+			t.Logf("killed at %s: the KMS holds the %s DEK, pending DEK recorded: %v, key slots %v",
+				point, map[bool]string{true: "old", false: "new"}[bytes.Equal(dek, before)], pending != nil, h.Slots())
+			if pending == nil {
+				// every point is past the DEK's making: without its record the retry starts
+				// another rotation, and a slot already written for this one is left to chance
+				t.Fatal("no pending DEK is recorded: the retry cannot finish this rotation")
+			}
+			pendingSlot, err := h.Unlock(pending)
+			if err != nil {
+				pendingSlot = -1 // its slot is not (completely) written yet
+			}
+			start := time.Now()
+			// the killed child's rotation lock keeps the retry out until its lease lapses
+			err = r.rotate(vol)
+			for status.Code(err) == codes.Aborted && time.Since(start) < 4*crashLease {
+				time.Sleep(time.Second)
+				err = r.rotate(vol)
+			}
+			if err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			t.Logf("the retry took %v", time.Since(start))
+			after := r.assertRotated(vol, before)
+			if !bytes.Equal(after, pending) {
+				t.Fatal("the retry did not finish the rotation the kill interrupted: the KMS's DEK is not the pending one")
+			}
+			if _, _, h := r.keys(vol); pendingSlot >= 0 && h.Slots()[0] != pendingSlot {
+				t.Fatalf("the retry left slot %v, not the pending DEK's slot %d, which the kill left written", h.Slots(), pendingSlot)
+			}
+		})
+	}
+	if got := readData(t, target, true, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("the pattern does not read back through the staged volume")
+	}
+	if err := r.unpublish(id, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.unstage(id, staging); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.s.NodeStageVolume(r.ctx, &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+		VolumeCapability: blockCap(rwo), VolumeContext: vol.GetVolumeContext(), Secrets: r.secrets}); err != nil {
+		t.Fatalf("staging with the KMS's DEK after the crashes: %v", err)
+	}
+	if err := r.publish(id, staging, target, blockCap(rwo), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := readData(t, target, true, len(data)); !bytes.Equal(got, data) {
+		t.Fatal("the pattern does not read back after staging again")
+	}
+	if err := r.unpublish(id, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.unstage(id, staging); err != nil {
+		t.Fatal(err)
+	}
+}
