@@ -1,7 +1,10 @@
 package driver
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 )
 
 // TestHolderGauges: a node plugin that meets an older holder (no features announced) says so
@@ -43,7 +47,7 @@ func TestHolderGauges(t *testing.T) {
 
 // TestHolderEvents: a CephFS node plugin records a Warning Event on its Node for each holder
 // it meets that lacks cephfs.node (once per holder, however often it is observed), and none
-// for a holder with the feature or for an RBD node plugin.
+// for a holder with the feature, even of another version (a version alone degrades nothing).
 func TestHolderEvents(t *testing.T) {
 	holder := func(instance, version string, features ...string) mounter.Info {
 		return mounter.Info{Version: 1, Type: "cephfs", Instance: instance, Binary: version, Features: features}
@@ -62,7 +66,7 @@ func TestHolderEvents(t *testing.T) {
 		{"two older holders in turn", "cephfs", []mounter.Info{older("a"), older("b")}, []string{"a", "b"}},
 		{"an older holder replaced by a current one", "cephfs", []mounter.Info{older("a"), current("b")}, []string{"a"}},
 		{"a current holder replaced by an older one", "cephfs", []mounter.Info{current("a"), older("b")}, []string{"b"}},
-		{"an older RBD holder", "rbd", []mounter.Info{{Version: 1, Type: "rbd", Instance: "a", Binary: "v1"}}, nil},
+		{"another version with the feature", "cephfs", []mounter.Info{holder("a", "v1", mounter.FeatureCephFSNode)}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			kc := fake.NewClientset()
@@ -111,11 +115,30 @@ func TestHolderEvents(t *testing.T) {
 	}
 }
 
-// TestHolderEventsWithoutAPI: without Kubernetes API access an older holder is only logged.
+// TestHolderEventsWithoutAPI: without Kubernetes API access (no kubeconfig, not in a pod) no
+// recorder is built, and an older holder is logged, the skipped Event included, and counted.
 func TestHolderEventsWithoutAPI(t *testing.T) {
+	var log bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&log)
+	defer func() {
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	}()
 	g := newHolderGauges(prometheus.NewRegistry())
+	g.reportToAPI(filepath.Join(t.TempDir(), "no-kubeconfig"), "cephfs.monoceph.io-node", "worker-1")
+	defer g.close()
+	if g.events != nil {
+		t.Fatal("a recorder was built without API access")
+	}
 	g.observe("cephfs", "v2", mounter.Info{Version: 1, Type: "cephfs", Instance: "a", Binary: "v1"})
-	g.close()
+	klog.Flush()
+	for _, want := range []string{"No Kubernetes API access: an older mount holder is reported in the log and metrics only",
+		`No Kubernetes API access: skipping the Event about the older mount holder" holder="a"`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, log.String())
+		}
+	}
 	if got := testutil.ToFloat64(g.missing.WithLabelValues(mounter.FeatureCephFSNode)); got != 1 {
 		t.Errorf("feature_missing{cephfs.node} = %v, want 1", got)
 	}
