@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -141,5 +142,45 @@ func TestHolderEventsWithoutAPI(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(g.missing.WithLabelValues(mounter.FeatureCephFSNode)); got != 1 {
 		t.Errorf("feature_missing{cephfs.node} = %v, want 1", got)
+	}
+}
+
+// TestNewFailureStopsHolderEvents: a CephFS node plugin whose New fails after its Event
+// broadcaster started (here: a state directory too long for FUSE admin sockets) stops it; a
+// caller retrying New would otherwise pile up broadcasters.
+func TestNewFailureStopsHolderEvents(t *testing.T) {
+	cfg := testConfig(t, ModeNode)
+	dir := t.TempDir()
+	cfg.Type, cfg.CSIAddonsEndpoint = TypeCephFS, ""
+	cfg.StateDir = filepath.Join(dir, strings.Repeat("s", 120))
+	cfg.MounterEndpoint = "unix://" + filepath.Join(dir, "holder.sock")
+	// an API server that is never reached: the broadcaster starts without one
+	cfg.SnapshotMetadata.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(cfg.SnapshotMetadata.Kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("New = %v, want the state directory refused", err)
+	}
+	// the broadcaster's loop ends in Shutdown; earlier tests' may take a moment
+	var stacks []byte
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		stacks = make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		if !bytes.Contains(stacks, []byte("watch.(*Broadcaster).loop")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, g := range bytes.Split(stacks, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("watch.(*Broadcaster).loop")) {
+			t.Errorf("an event broadcaster still runs after New failed:\n%s", g)
+		}
 	}
 }
