@@ -247,8 +247,57 @@ func TestChartKMSRejectsBadValues(t *testing.T) {
 		{"both sources", "rbd.kms.config.a.encryptionKMSType=metadata,rbd.kms.existingConfigMap=x", "rbd.kms: set config or existingConfigMap, not both"},
 		{"secret name that is no name", "rbd.kms.secretNames={A_B}", "at '/rbd/kms/secretNames/0'"},
 		{"misspelt key", "rbd.kms.configs.a.encryptionKMSType=metadata", "'configs' not allowed"},
+		{"empty provider", "rbd.kms.config.a.encryptionKMSType=", "at '/rbd/kms/config/a'"},
+		{"empty KMS_PROVIDER", "rbd.kms.config.a.KMS_PROVIDER=", "at '/rbd/kms/config/a'"},
+		{"provider that is a number", "rbd.kms.config.a.encryptionKMSType=1", "at '/rbd/kms/config/a'"},
 	} {
 		t.Run(c.name, func(t *testing.T) { checkRejected(t, c.set, c.wantErr) })
+	}
+	// string entries (ceph-csi's ConfigMap form), which the schema cannot look into
+	for _, c := range []struct{ name, entry, wantErr string }{
+		{"string that is no JSON", `not json`, "rbd.kms.config.a: the string does not hold a JSON object"},
+		{"string holding a list", `["metadata"]`, "rbd.kms.config.a: the string does not hold a JSON object"},
+		{"string without a provider", `{"vaultAddress":"https://vault:8200"}`, "rbd.kms.config.a: names no provider (encryptionKMSType)"},
+		{"string with an empty provider", `{"encryptionKMSType":""}`, "rbd.kms.config.a: encryptionKMSType: want a provider name"},
+		{"string with an empty KMS_PROVIDER", `{"KMS_PROVIDER":""}`, "rbd.kms.config.a: KMS_PROVIDER: want a provider name"},
+		{"string with a provider that is a number", `{"encryptionKMSType":1}`, "rbd.kms.config.a: encryptionKMSType: want a provider name"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "values.yaml")
+			if err := os.WriteFile(f, []byte("rbd:\n  kms:\n    config:\n      a: '"+c.entry+"'\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out, err := helmCmd(t, append([]string{"template", "x", "charts/monoceph", "-f", f}, withMinimal()...)...)
+			if err == nil {
+				t.Fatalf("entry %s rendered:\n%.300s", c.entry, out)
+			}
+			if !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("entry %s: %v; want it to name %q", c.entry, err, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestChartKMSChecksum: the RBD node plugin's pods change with the KMS configuration they read
+// at start, and not with rbd.kms.secretNames, which only the controller's sidecars use.
+func TestChartKMSChecksum(t *testing.T) {
+	sum := func(extra ...string) string {
+		t.Helper()
+		r := renderedObjects(t, "", extra...)
+		return renderedAs[appsv1.DaemonSet](t, r, "DaemonSet/r-monoceph-rbd-node").Spec.Template.Annotations["checksum/kms"]
+	}
+	base := sum("rbd.kms.config.a.encryptionKMSType=metadata", "rbd.kms.secretNames={tenant-a}")
+	if base == "" {
+		t.Fatal("no checksum/kms")
+	}
+	if got := sum("rbd.kms.config.a.encryptionKMSType=metadata", "rbd.kms.secretNames={tenant-a,tenant-b}"); got != base {
+		t.Errorf("another secretNames changes checksum/kms: %s, was %s", got, base)
+	}
+	if got := sum("rbd.kms.config.a.encryptionKMSType=vaulttokens", "rbd.kms.secretNames={tenant-a}"); got == base {
+		t.Errorf("another config leaves checksum/kms %s", got)
+	}
+	if a, b := sum("rbd.kms.existingConfigMap=x"), sum("rbd.kms.existingConfigMap=x", "rbd.kms.existingConfigMapKey=k.json"); a == b {
+		t.Errorf("another existingConfigMapKey leaves checksum/kms %s", a)
 	}
 }
 

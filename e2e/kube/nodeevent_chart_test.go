@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/monoceph/monoceph/internal/kubetest"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -64,11 +65,12 @@ func grants(t *testing.T, extra ...string) map[string][]string {
 }
 
 // TestChartNodeRBAC: the node plugins' service accounts are granted exactly what they use: with
-// a mount holder the CephFS one may create and patch events in the default namespace, where
-// the events of its Node go (for its CephFSFencingDegraded event about an older holder), and
-// nothing else; the RBD one nothing, unless it reads its Node's labels.
+// a mount holder the CephFS one may create events in the default namespace, where the events
+// of its Node go (for its CephFSFencingDegraded event about an older holder), and nothing else,
+// not even patch (one Event per holder instance); with node.holderEvents=false nothing, and its
+// container gets no API token. The RBD one gets nothing, unless it reads its Node's labels.
 func TestChartNodeRBAC(t *testing.T) {
-	events := "default [] [events] [create patch] []"
+	events := "default [] [events] [create] []"
 	for _, c := range []struct {
 		name        string
 		extra       []string
@@ -76,6 +78,7 @@ func TestChartNodeRBAC(t *testing.T) {
 	}{
 		{"defaults", nil, []string{events}, nil},
 		{"no mount holder", []string{"mounter.enabled=false"}, nil, nil},
+		{"no holder events", []string{"node.holderEvents=false"}, nil, nil},
 		{"read affinity", []string{"node.readNodeLabels=true"}, []string{events}, []string{"* [] [nodes] [get] []"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,6 +89,13 @@ func TestChartNodeRBAC(t *testing.T) {
 				if !slices.Equal(got, want) {
 					t.Errorf("%s is granted\n  %s\nwant\n  %s", sa, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 				}
+			}
+			_, dss := rendered(t, c.extra...)
+			ds := dss["r-monoceph-cephfs-node"]
+			mounts := slices.ContainsFunc(container(t, ds.Spec.Template.Spec, "monoceph").VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "kube-api-token" })
+			volume := slices.ContainsFunc(ds.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == "kube-api-token" })
+			if want := c.cephfs != nil; mounts != want || volume != want {
+				t.Errorf("CephFS node plugin: API token mounted %v, volume %v; want %v (granted %v)", mounts, volume, want, c.cephfs)
 			}
 		})
 	}

@@ -87,6 +87,42 @@ func (e *Entry) Encrypted() bool {
 	return e.Attrs[KeyEncryptKMS] != "" || e.Attrs[KeyEncryptionType] != ""
 }
 
+// EncryptionTypeFile is ceph-csi's KeyEncryptionType of file encryption (fscrypt inside the
+// volume's filesystem); its other value, "block", is dm-crypt of the whole image.
+const EncryptionTypeFile = "file"
+
+// BlockEncrypted reports whether ceph-csi encrypted the volume (or the snapshot's source)
+// with dm-crypt: its image starts with a LUKS header, so the volume's bytes are not at the
+// image's offsets. Encrypted entries without a type (ceph-csi before file encryption) and types
+// unknown here count as block: only file encryption keeps the image's offsets the volume's.
+func (e *Entry) BlockEncrypted() bool {
+	return e.Encrypted() && e.Attrs[KeyEncryptionType] != EncryptionTypeFile
+}
+
+// ceph-csi's RBD node plugin records in image metadata that it formatted the image with
+// dm-crypt (LUKS); older ceph-csi wrote the key with a leading dot, and its images keep it.
+var imageEncryptionKeys = []string{"rbd.csi.ceph.com/encrypted", ".rbd.csi.ceph.com/encrypted"}
+
+// imageEncrypted is the value once the LUKS header is written ("encryptionPrepared" before:
+// the image is still all the volume's).
+const imageEncrypted = "encrypted"
+
+// ImageBlockEncrypted reports whether an RBD image's metadata, read through get (ok false
+// when a key is not set), says ceph-csi formatted it with dm-crypt. A clone inherits its
+// parent's metadata, so a ceph-csi snapshot's image says it too.
+func ImageBlockEncrypted(get func(key string) (v string, ok bool, err error)) (bool, error) {
+	for _, k := range imageEncryptionKeys {
+		v, ok, err := get(k)
+		if err != nil {
+			return false, err
+		}
+		if ok && v == imageEncrypted {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // maxKeys bounds one read of an entry object: ceph-csi writes fewer than ten keys.
 const maxKeys = 1000
 

@@ -120,6 +120,9 @@ func New(cfg Config) (*Driver, error) {
 		if d.http != nil {
 			d.http.Shutdown(0)
 		}
+		if d.holderGauges != nil { // its Event broadcaster may have started
+			d.holderGauges.close()
+		}
 		d.pool.Close()
 		return nil, err
 	}

@@ -1,7 +1,11 @@
 package driver
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 )
 
 // TestHolderGauges: a node plugin that meets an older holder (no features announced) says so
@@ -43,7 +48,7 @@ func TestHolderGauges(t *testing.T) {
 
 // TestHolderEvents: a CephFS node plugin records a Warning Event on its Node for each holder
 // it meets that lacks cephfs.node (once per holder, however often it is observed), and none
-// for a holder with the feature or for an RBD node plugin.
+// for a holder with the feature, even of another version (a version alone degrades nothing).
 func TestHolderEvents(t *testing.T) {
 	holder := func(instance, version string, features ...string) mounter.Info {
 		return mounter.Info{Version: 1, Type: "cephfs", Instance: instance, Binary: version, Features: features}
@@ -62,7 +67,7 @@ func TestHolderEvents(t *testing.T) {
 		{"two older holders in turn", "cephfs", []mounter.Info{older("a"), older("b")}, []string{"a", "b"}},
 		{"an older holder replaced by a current one", "cephfs", []mounter.Info{older("a"), current("b")}, []string{"a"}},
 		{"a current holder replaced by an older one", "cephfs", []mounter.Info{current("a"), older("b")}, []string{"b"}},
-		{"an older RBD holder", "rbd", []mounter.Info{{Version: 1, Type: "rbd", Instance: "a", Binary: "v1"}}, nil},
+		{"another version with the feature", "cephfs", []mounter.Info{holder("a", "v1", mounter.FeatureCephFSNode)}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			kc := fake.NewClientset()
@@ -111,12 +116,71 @@ func TestHolderEvents(t *testing.T) {
 	}
 }
 
-// TestHolderEventsWithoutAPI: without Kubernetes API access an older holder is only logged.
+// TestHolderEventsWithoutAPI: without Kubernetes API access (no kubeconfig, not in a pod) no
+// recorder is built, and an older holder is logged, the skipped Event included, and counted.
 func TestHolderEventsWithoutAPI(t *testing.T) {
+	var log bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&log)
+	defer func() {
+		klog.SetOutput(os.Stderr)
+		klog.LogToStderr(true)
+	}()
 	g := newHolderGauges(prometheus.NewRegistry())
+	g.reportToAPI(filepath.Join(t.TempDir(), "no-kubeconfig"), "cephfs.monoceph.io-node", "worker-1")
+	defer g.close()
+	if g.events != nil {
+		t.Fatal("a recorder was built without API access")
+	}
 	g.observe("cephfs", "v2", mounter.Info{Version: 1, Type: "cephfs", Instance: "a", Binary: "v1"})
-	g.close()
+	klog.Flush()
+	for _, want := range []string{"No Kubernetes API access: an older mount holder is reported in the log and metrics only",
+		`No Kubernetes API access: skipping the Event about the older mount holder" holder="a"`} {
+		if !strings.Contains(log.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, log.String())
+		}
+	}
 	if got := testutil.ToFloat64(g.missing.WithLabelValues(mounter.FeatureCephFSNode)); got != 1 {
 		t.Errorf("feature_missing{cephfs.node} = %v, want 1", got)
+	}
+}
+
+// TestNewFailureStopsHolderEvents: a CephFS node plugin whose New fails after its Event
+// broadcaster started (here: a state directory too long for FUSE admin sockets) stops it; a
+// caller retrying New would otherwise pile up broadcasters.
+func TestNewFailureStopsHolderEvents(t *testing.T) {
+	cfg := testConfig(t, ModeNode)
+	dir := t.TempDir()
+	cfg.Type, cfg.CSIAddonsEndpoint = TypeCephFS, ""
+	cfg.StateDir = filepath.Join(dir, strings.Repeat("s", 120))
+	cfg.MounterEndpoint = "unix://" + filepath.Join(dir, "holder.sock")
+	// an API server that is never reached: the broadcaster starts without one
+	cfg.SnapshotMetadata.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(cfg.SnapshotMetadata.Kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("New = %v, want the state directory refused", err)
+	}
+	// the broadcaster's loop ends in Shutdown; earlier tests' may take a moment
+	var stacks []byte
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		stacks = make([]byte, 1<<20)
+		stacks = stacks[:runtime.Stack(stacks, true)]
+		if !bytes.Contains(stacks, []byte("watch.(*Broadcaster).loop")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, g := range bytes.Split(stacks, []byte("\n\n")) {
+		if bytes.Contains(g, []byte("watch.(*Broadcaster).loop")) {
+			t.Errorf("an event broadcaster still runs after New failed:\n%s", g)
+		}
 	}
 }

@@ -63,6 +63,14 @@ func (e *Engine) produceCephCSI(ctx context.Context, conn *ceph.Conn, q Query, h
 		if base, err = csiSnapshotEntry(ctx, loc, *q.Base.CSI, "base snapshot"); err != nil {
 			return err
 		}
+	}
+	if err := refuseBlockEncrypted(target, "snapshot", h); err != nil {
+		return err
+	}
+	if base != nil {
+		if err := refuseBlockEncrypted(base, "base snapshot", *q.Base.CSI); err != nil {
+			return err
+		}
 		if base.Attrs[cephcsi.KeySource] != target.Attrs[cephcsi.KeySource] {
 			return status.Errorf(codes.InvalidArgument, "base snapshot %s (of image %s) and target snapshot %s (of image %s) are snapshots of different volumes",
 				q.Base.String(), base.Attrs[cephcsi.KeySource], h.String(), target.Attrs[cephcsi.KeySource])
@@ -109,6 +117,29 @@ func csiSnapshotEntry(ctx context.Context, loc radosop.Location, h volid.Handle,
 	return e, nil
 }
 
+// refuseBlockEncrypted is the answer for a snapshot of a volume ceph-csi encrypted with
+// dm-crypt: its image starts with ceph-csi's LUKS header, whose size monoceph does not know,
+// so the image's offsets are not the volume's and serving them would corrupt a backup
+// silently. File encryption (fscrypt) leaves the offsets the volume's.
+func refuseBlockEncrypted(e *cephcsi.Entry, what string, h cephcsi.Handle) error {
+	if !e.BlockEncrypted() {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "%s %s is of a volume encrypted by ceph-csi (dm-crypt, KMS %q): the size of ceph-csi's LUKS header is not known to monoceph, and the offsets of its changed blocks would include it",
+		what, h.String(), e.Attrs[cephcsi.KeyEncryptKMS])
+}
+
+// imageMetadata reads img's metadata key as snapImage.metadata does.
+func imageMetadata(img *rbd.Image) func(key string) (string, bool, error) {
+	return func(key string) (string, bool, error) {
+		v, err := img.GetMetadata(key)
+		if errors.Is(err, rbd.ErrNotFound) {
+			return "", false, nil
+		}
+		return v, err == nil, err
+	}
+}
+
 // deltaCephCSI streams the changes from clone image baseImg's snapshot to targetImg's.
 func (e *Engine) deltaCephCSI(ctx context.Context, r *rados.Conn, io *rados.IOContext, q Query, baseImg, targetImg string, hdr *Header, msgs chan<- []Extent) error {
 	t, err := rbd.OpenImageReadOnly(io, targetImg, targetImg)
@@ -121,6 +152,15 @@ func (e *Engine) deltaCephCSI(ctx context.Context, r *rados.Conn, io *rados.IOCo
 		return notFound(err, "base snapshot %s does not exist", q.Base.String())
 	}
 	defer b.Close()
+	// the journal may not say it (written by another tool): the images' metadata does
+	for _, x := range []struct {
+		img  *rbd.Image
+		name string
+	}{{t, targetImg}, {b, baseImg}} {
+		if err := refuseCephCSIImage(x.name, imageMetadata(x.img)); err != nil {
+			return err
+		}
+	}
 	size, err := t.GetSize()
 	if err != nil {
 		return err

@@ -283,3 +283,101 @@ func rbdDiff(t *testing.T, spec string) []Extent {
 	}
 	return ext
 }
+
+// TestChangedBlocksOfEncryptedCephCSISnapshots: a snapshot of a volume ceph-csi encrypted with
+// dm-crypt starts with ceph-csi's LUKS header, of a size monoceph does not know: changed block
+// tracking of it, as target or base, is FAILED_PRECONDITION saying why, whether the journal
+// entry says so or only the image's metadata does. File encryption (fscrypt) keeps the
+// volume's offsets and is served. The volumes here are plain; what ceph-csi records of its
+// encryption is written on top (formatting one needs ceph-csi's node plugin).
+func TestChangedBlocksOfEncryptedCephCSISnapshots(t *testing.T) {
+	c := newCephCSIEnv(t)
+	ctx := context.Background()
+	vol := c.volume(t, "pvc-enc", 16<<20, "layering")
+	c.write(t, vol, 0, 64*KiB, 1)
+	block := c.snapshot(t, "snap-enc-block", vol)
+	c.write(t, vol, 1*MiB, 4*KiB, 2)
+	file := c.snapshot(t, "snap-enc-file", vol)
+	meta := c.snapshot(t, "snap-enc-meta", vol)
+	c.stop()
+
+	conn, err := c.pool.Get(ctx, c.cl.Monitors, c.cl.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	io, err := conn.Rados().OpenIOContext(c.cl.RBDPool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer io.Destroy()
+	io.SetNamespace(c.ns)
+	// ceph-csi writes the volume's KMS and encryption type into its snapshots' entries too
+	for snap, attrs := range map[string]map[string]string{
+		block: {cephcsi.KeyEncryptKMS: "vault-test", cephcsi.KeyEncryptionType: "block"},
+		file:  {cephcsi.KeyEncryptKMS: "vault-test", cephcsi.KeyEncryptionType: cephcsi.EncryptionTypeFile},
+	} {
+		kv := map[string][]byte{}
+		for k, v := range attrs {
+			kv[k] = []byte(v)
+		}
+		if err := io.SetOmap(cephcsi.Snapshots.Object(cephcsi.UUIDOf(snap)), kv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mimg, err := rbd.OpenImage(io, "csi-snap-"+cephcsi.UUIDOf(meta), rbd.NoSnapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = mimg.SetMetadata("rbd.csi.ceph.com/encrypted", "encrypted")
+	mimg.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	sm := c.serve(t, Options{})
+	allocated := func(snap string) error {
+		st, err := sm.GetMetadataAllocated(ctx, &csi.GetMetadataAllocatedRequest{SnapshotId: snap, Secrets: c.secrets})
+		if err != nil {
+			return err
+		}
+		_, err = collect(t, st.Recv)
+		return err
+	}
+	delta := func(base, target string) error {
+		st, err := sm.GetMetadataDelta(ctx, &csi.GetMetadataDeltaRequest{BaseSnapshotId: base, TargetSnapshotId: target, Secrets: c.secrets})
+		if err != nil {
+			return err
+		}
+		_, err = collect(t, st.Recv)
+		return err
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want []string // nil: served
+	}{
+		{"allocated, journal says block", allocated(block), []string{"snapshot " + block, "dm-crypt", "LUKS header"}},
+		{"delta, target's journal says block", delta(file, block), []string{"snapshot " + block, "dm-crypt"}},
+		{"delta, base's journal says block", delta(block, file), []string{"base snapshot " + block, "dm-crypt"}},
+		{"allocated, image metadata says encrypted", allocated(meta), []string{"csi-snap-" + cephcsi.UUIDOf(meta), "LUKS header"}},
+		{"delta, target's image metadata says encrypted", delta(file, meta), []string{"csi-snap-" + cephcsi.UUIDOf(meta), "LUKS header"}},
+		{"allocated, file encryption", allocated(file), nil},
+	} {
+		if tc.want == nil {
+			if tc.err != nil {
+				t.Errorf("%s: %v", tc.name, tc.err)
+			}
+			continue
+		}
+		if status.Code(tc.err) != codes.FailedPrecondition {
+			t.Errorf("%s: %v, want FAILED_PRECONDITION", tc.name, tc.err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(tc.err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.name, tc.err, w)
+			}
+		}
+	}
+}

@@ -107,8 +107,9 @@ func rbdErr(ret C.int) error {
 // snapImage is an image opened read-only at a snapshot, through librbd's C API (go-ceph keeps
 // its handle private, and the batched iteration needs it).
 type snapImage struct {
-	img C.rbd_image_t
-	at  uint64 // the ID of the snapshot it is open at
+	img  C.rbd_image_t
+	name string // the image's name, for messages
+	at   uint64 // the ID of the snapshot it is open at
 }
 
 func openSnapImage(io *rados.IOContext, name, snap string) (*snapImage, error) {
@@ -119,7 +120,7 @@ func openSnapImage(io *rados.IOContext, name, snap string) (*snapImage, error) {
 	if err := rbdErr(C.rbd_open_read_only(C.rados_ioctx_t(io.Pointer()), cname, &img, csnap)); err != nil {
 		return nil, err
 	}
-	return &snapImage{img: img}, nil
+	return &snapImage{img: img, name: name}, nil
 }
 
 // openImageAt opens name read-only at the snapshot with ID snapID: the way to reach the
@@ -135,7 +136,7 @@ func openImageAt(io *rados.IOContext, name string, snapID uint64) (*snapImage, e
 		C.rbd_close(img)
 		return nil, err
 	}
-	return &snapImage{img: img}, nil
+	return &snapImage{img: img, name: name}, nil
 }
 
 func (s *snapImage) close() error { return rbdErr(C.rbd_close(s.img)) }

@@ -1,6 +1,7 @@
 package snapmeta
 
 import (
+	"github.com/monoceph/monoceph/internal/cephcsi"
 	"github.com/monoceph/monoceph/internal/kms"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,21 +22,45 @@ type window struct {
 // when the image is formatted (a clone reads its parent's header and inherits its metadata),
 // so today's value is the snapshot's.
 func volumeWindow(img *snapImage, rawSize uint64) (window, error) {
-	v, ok, err := img.metadata(kms.StateKey)
+	return windowOf(img.name, img.metadata, rawSize)
+}
+
+// windowOf is volumeWindow of the image named image whose metadata get reads.
+func windowOf(image string, get func(key string) (string, bool, error), rawSize uint64) (window, error) {
+	v, ok, err := get(kms.StateKey)
 	if err != nil {
 		return window{}, err
 	}
 	if !ok {
+		if err := refuseCephCSIImage(image, get); err != nil {
+			return window{}, err
+		}
 		return window{size: int64(rawSize)}, nil
 	}
 	st, err := kms.ParseImageState(v)
 	if err != nil {
-		return window{}, status.Error(codes.Internal, err.Error())
+		return window{}, status.Errorf(codes.Internal, "image %s: %v", image, err)
+	}
+	// monoceph writes the header's measured size, a whole number of 4 KiB blocks (LUKS2
+	// aligns its data segment so); anything else would shift every offset silently
+	if st.HeaderBytes == 0 || st.HeaderBytes%4096 != 0 {
+		return window{}, status.Errorf(codes.Internal, "image %s: metadata %s has headerBytes %d, not a positive multiple of 4096", image, kms.StateKey, st.HeaderBytes)
 	}
 	if st.HeaderBytes >= rawSize {
-		return window{}, status.Errorf(codes.Internal, "encrypted image of %d bytes at the snapshot is no larger than its LUKS header (%d bytes)", rawSize, st.HeaderBytes)
+		return window{}, status.Errorf(codes.Internal, "encrypted image %s of %d bytes at the snapshot is no larger than its LUKS header (%d bytes)", image, rawSize, st.HeaderBytes)
 	}
 	return window{header: int64(st.HeaderBytes), size: int64(rawSize - st.HeaderBytes)}, nil
+}
+
+// refuseCephCSIImage is the answer for an image whose metadata get reads says ceph-csi
+// encrypted it with dm-crypt (an image taken over from ceph-csi): it starts with a LUKS header
+// too, of a size monoceph does not record, and its offsets would be served as the volume's.
+func refuseCephCSIImage(image string, get func(key string) (string, bool, error)) error {
+	enc, err := cephcsi.ImageBlockEncrypted(get)
+	if err != nil || !enc {
+		return err
+	}
+	return status.Errorf(codes.FailedPrecondition, "image %s is encrypted by ceph-csi (dm-crypt): the size of ceph-csi's LUKS header is not known to monoceph, and the offsets of its changed blocks would include it", image)
 }
 
 // raw is the image offset of the volume's offset off.

@@ -1,6 +1,13 @@
 package snapmeta
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/monoceph/monoceph/internal/kms"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
 
 // TestWindowToVolume: the image's extents of an encrypted volume (16 MiB of LUKS header, then
 // 32 MiB of volume) in the volume's coordinates; a plain volume's pass unchanged.
@@ -43,5 +50,52 @@ func TestWindowToVolume(t *testing.T) {
 	}
 	if got := enc.raw(4096); got != hdr+4096 {
 		t.Errorf("raw(4096) = %d, want %d", got, hdr+4096)
+	}
+}
+
+// TestWindowOf: the window an image's metadata gives. monoceph's state must name a header of
+// whole 4 KiB blocks (else INTERNAL naming the image and the value, not raw offsets); an image
+// ceph-csi encrypted with dm-crypt, under either of its keys, is FAILED_PRECONDITION; one it
+// only prepared for encryption (no header yet) is plain.
+func TestWindowOf(t *testing.T) {
+	const (
+		mib  = uint64(1) << 20
+		raw  = 48 * mib
+		name = "csi-vol-1"
+	)
+	state := func(header uint64) string {
+		return kms.ImageState{Format: kms.FormatLUKS2, HeaderBytes: header, VolumeID: "v"}.String()
+	}
+	for _, tc := range []struct {
+		name string
+		md   map[string]string
+		want window
+		code codes.Code
+		msg  []string // in the error
+	}{
+		{"plain", nil, window{size: int64(raw)}, codes.OK, nil},
+		{"monoceph encrypted", map[string]string{kms.StateKey: state(16 * mib)}, window{header: int64(16 * mib), size: int64(32 * mib)}, codes.OK, nil},
+		{"header 0", map[string]string{kms.StateKey: state(0)}, window{}, codes.Internal, []string{name, "headerBytes 0"}},
+		{"header not of 4 KiB blocks", map[string]string{kms.StateKey: state(16*mib + 512)}, window{}, codes.Internal, []string{name, "headerBytes 16777728"}},
+		{"header the whole image", map[string]string{kms.StateKey: state(raw)}, window{}, codes.Internal, []string{name}},
+		{"ceph-csi encrypted", map[string]string{"rbd.csi.ceph.com/encrypted": "encrypted"}, window{}, codes.FailedPrecondition, []string{name, "ceph-csi", "LUKS header"}},
+		{"ceph-csi encrypted, legacy key", map[string]string{".rbd.csi.ceph.com/encrypted": "encrypted"}, window{}, codes.FailedPrecondition, []string{name, "ceph-csi"}},
+		{"ceph-csi only prepared", map[string]string{"rbd.csi.ceph.com/encrypted": "encryptionPrepared"}, window{size: int64(raw)}, codes.OK, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			get := func(k string) (string, bool, error) { v, ok := tc.md[k]; return v, ok, nil }
+			w, err := windowOf(name, get, raw)
+			if status.Code(err) != tc.code {
+				t.Fatalf("windowOf = %+v, %v; want code %v", w, err, tc.code)
+			}
+			for _, m := range tc.msg {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("error %q does not name %q", err, m)
+				}
+			}
+			if err == nil && w != tc.want {
+				t.Errorf("windowOf = %+v, want %+v", w, tc.want)
+			}
+		})
 	}
 }
