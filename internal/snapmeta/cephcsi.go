@@ -121,7 +121,7 @@ func csiSnapshotEntry(ctx context.Context, loc radosop.Location, h volid.Handle,
 // dm-crypt: its image starts with ceph-csi's LUKS header, whose size monoceph does not know,
 // so the image's offsets are not the volume's and serving them would corrupt a backup
 // silently. File encryption (fscrypt) leaves the offsets the volume's.
-func refuseBlockEncrypted(e *cephcsi.Entry, what string, h cephcsi.Handle) error {
+func refuseBlockEncrypted(e *cephcsi.Entry, what string, h volid.Handle) error {
 	if !e.BlockEncrypted() {
 		return nil
 	}
