@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -478,4 +479,86 @@ func TestEncryptionKeyRotationCrash(t *testing.T) {
 	if err := r.unstage(id, staging); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// blockingStore is a key store whose SetPending does not return (whatever its context says)
+// until release is closed: a call that cannot be cancelled, as a librbd write waiting for the
+// image's exclusive lock is.
+type blockingStore struct {
+	kms.KeyStore
+	entered chan struct{} // capacity 1: SetPending started
+	release chan struct{}
+}
+
+func (b *blockingStore) SetPending(ctx context.Context, dek []byte) error {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.release
+	return b.KeyStore.SetPending(ctx, dek)
+}
+
+// TestEncryptionKeyRotationDeadline: a rotation stuck in a call that cannot be cancelled
+// answers DEADLINE_EXCEEDED at its deadline and leaves the volume's operation lock free; a
+// retry meanwhile is ABORTED (the stuck rotation still holds its RADOS lock) within its own
+// deadline, and once the call returns the next rotation finishes the first one's.
+func TestEncryptionKeyRotationDeadline(t *testing.T) {
+	r := newRotationRig(t)
+	vol := r.create("pvc-rotate-deadline")
+	id := vol.GetVolumeId()
+	old, _, _ := r.keys(vol)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	rotationKeyStore = func(ks kms.KeyStore) kms.KeyStore {
+		return &blockingStore{KeyStore: ks, entered: entered, release: release}
+	}
+	t.Cleanup(unblock)
+	rotate := func(d time.Duration) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(r.ctx, d)
+		defer cancel()
+		start := time.Now()
+		_, err := r.s.KeyRotation().EncryptionKeyRotate(ctx, &ekrpb.EncryptionKeyRotateRequest{
+			VolumeId: id, Parameters: vol.GetVolumeContext(), Secrets: r.secrets})
+		return time.Since(start), err
+	}
+	const deadline = 5 * time.Second
+	took, err := rotate(deadline)
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stuck rotation: %v, want DEADLINE_EXCEEDED", err)
+	}
+	if took > deadline+2*time.Second {
+		t.Fatalf("stuck rotation returned after %v, deadline %v", took, deadline)
+	}
+	select {
+	case <-entered:
+	default:
+		t.Fatal("the rotation never reached the blocking key store")
+	}
+	unlock, err := r.s.opts.Locks.TryLock("probe", id)
+	if err != nil {
+		t.Fatalf("the volume's operation lock is still taken after the stuck rotation answered: %v", err)
+	}
+	unlock()
+	took, err = rotate(deadline)
+	if status.Code(err) != codes.Aborted || took > deadline+2*time.Second {
+		t.Fatalf("a rotation while another is stuck: %v after %v, want ABORTED within %v", err, took, deadline)
+	}
+	t.Logf("retry while stuck: %v after %v", err, took)
+
+	// the call returns: the stuck rotation stops there and lets its lock go, and the next
+	// rotation finishes what it started
+	rotationKeyStore = func(ks kms.KeyStore) kms.KeyStore { return ks }
+	unblock()
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err = r.rotate(vol)
+		if status.Code(err) != codes.Aborted || time.Now().After(end) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("rotation after the stuck one returned: %v", err)
+	}
+	r.assertRotated(vol, old)
 }
