@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -103,6 +104,25 @@ func (r *rotationRig) rotate(vol *csi.Volume) error {
 	_, err := r.s.KeyRotation().EncryptionKeyRotate(r.ctx, &ekrpb.EncryptionKeyRotateRequest{
 		VolumeId: vol.GetVolumeId(), Parameters: vol.GetVolumeContext(), Secrets: r.secrets})
 	return err
+}
+
+// lockState says who holds and who watches the volume's image (librbd's exclusive lock is a
+// lock on the header object, "auto <handle>"; each open handle watches the header) and which
+// clients the cluster blocklisted: what a stalled rotation's header write may be waiting for.
+func (r *rotationRig) lockState(vol *csi.Volume) string {
+	img, err := rbd.OpenImageReadOnly(r.io, vol.GetVolumeContext()["imageName"], rbd.NoSnapshot)
+	if err != nil {
+		return fmt.Sprintf("opening the image: %v", err)
+	}
+	defer img.Close()
+	var out strings.Builder
+	tag, lockers, err := img.ListLockers()
+	fmt.Fprintf(&out, "lockers (tag %q): %+v %v\n", tag, lockers, err)
+	watchers, err := img.ListWatchers()
+	fmt.Fprintf(&out, "watchers: %+v %v\n", watchers, err)
+	bl, _, err := r.conn.Rados().MonCommand([]byte(`{"prefix": "osd blocklist ls", "format": "json"}`))
+	fmt.Fprintf(&out, "blocklist: %s %v", bl, err)
+	return out.String()
 }
 
 // keys reads the volume's image: the DEK its metadata keeps (what the KMS hands out), the
@@ -264,7 +284,7 @@ func TestEncryptionKeyRotation(t *testing.T) {
 	watchdog := time.AfterFunc(90*time.Second, func() {
 		var buf bytes.Buffer
 		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-		t.Logf("the rotation has run for 90 s; goroutines:\n%s", buf.String())
+		t.Logf("the rotation has run for 90 s; goroutines:\n%s\n%s", buf.String(), r.lockState(vol))
 	})
 	err = r.rotate(vol)
 	watchdog.Stop()
@@ -545,7 +565,7 @@ func TestEncryptionKeyRotationDeadline(t *testing.T) {
 	if status.Code(err) != codes.Aborted || took > deadline+2*time.Second {
 		t.Fatalf("a rotation while another is stuck: %v after %v, want ABORTED within %v", err, took, deadline)
 	}
-	t.Logf("retry while stuck: %v after %v", err, took)
+	t.Logf("retry while stuck: %v after %v; the image meanwhile:\n%s", err, took, r.lockState(vol))
 
 	// the call returns: the stuck rotation stops there and lets its lock go, and the next
 	// rotation finishes what it started
