@@ -73,7 +73,8 @@ type KeySlots interface {
 // ErrWrongKey is what KeySlots.Unlock answers for a key that opens no slot.
 var ErrWrongKey = errors.New("the key opens no key slot")
 
-// Rotate runs a rotation, or finishes one a killed call left pending.
+// Rotate runs a rotation, or finishes one a killed call left pending. Once ctx ends it stops
+// before its next step, as a killed call would, and returns ctx's error.
 func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	cur, err := ks.Current(ctx)
 	if err != nil {
@@ -100,6 +101,9 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	defer clear(next)
 	faultpoint.Hit(FaultPending)
 
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if slot < 0 {
 		// a fresh pending DEK, or one whose slot a killed call did not finish writing
 		if slot, err = h.Add(cur, next); errors.Is(err, ErrWrongKey) {
@@ -110,6 +114,9 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	}
 	faultpoint.Hit(FaultSlotAdded)
 
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if !bytes.Equal(cur, next) {
 		if err := ks.Commit(ctx, next); err != nil {
 			return fmt.Errorf("storing the new DEK: %w", err)
@@ -119,6 +126,9 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 
 	for _, s := range h.Slots() {
 		if s != slot {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if err := h.Destroy(s); err != nil {
 				return err
 			}
@@ -126,6 +136,9 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	}
 	faultpoint.Hit(FaultDestroyed)
 
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := ks.DropPending(ctx); err != nil {
 		return fmt.Errorf("dropping the pending DEK: %w", err)
 	}

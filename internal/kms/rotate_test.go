@@ -22,12 +22,18 @@ type fakeVolume struct {
 	slots   map[int][]byte
 	steps   int
 	killAt  int // 0: never
+	// cancelAt is the step after whose change cancel runs (the caller's deadline passed)
+	cancelAt int
+	cancel   func()
 }
 
 func (f *fakeVolume) step() error {
 	f.steps++
 	if f.steps == f.killAt {
 		return errKilled
+	}
+	if f.steps == f.cancelAt {
+		defer f.cancel()
 	}
 	return nil
 }
@@ -147,6 +153,35 @@ func TestRotateKilledAtEveryStep(t *testing.T) {
 				t.Fatal("the retry did not finish the rotation that was pending")
 			}
 			f.check("the retry")
+		})
+	}
+}
+
+// TestRotateStopsAtDeadline: a rotation whose context ends during a step (a call that could
+// not be cancelled returned late) makes no further change, answers the context's error, and
+// the next call finishes it.
+func TestRotateStopsAtDeadline(t *testing.T) {
+	const steps = 5 // as in TestRotateKilledAtEveryStep
+	for cancelAt := 1; cancelAt <= steps-1; cancelAt++ {
+		t.Run(fmt.Sprintf("deadline in step %d", cancelAt), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			f := newFake(t)
+			f.cancelAt, f.cancel = cancelAt, cancel
+			if err := Rotate(ctx, f, f); !errors.Is(err, context.Canceled) {
+				t.Fatalf("Rotate = %v, want context.Canceled", err)
+			}
+			if f.steps != cancelAt {
+				t.Fatalf("%d changes made, want %d: the rotation went on past its context", f.steps, cancelAt)
+			}
+			f.check("the deadline")
+			f.cancelAt = 0
+			if err := Rotate(context.Background(), f, f); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if f.pending != nil || len(f.slots) != 1 || bytes.Equal(f.current, []byte("dek-0")) {
+				t.Fatalf("the retry did not finish the rotation: pending %q, slots %v", f.pending, f.Slots())
+			}
 		})
 	}
 }

@@ -26,3 +26,10 @@ func Hold(ctx context.Context) (release func()) {
 	}
 	return func() {}
 }
+
+// Without returns ctx without its holder: for an operation whose abandoned calls something
+// else keeps a retry from racing (a lock in the cluster the abandoned work holds until it
+// ends), so that the caller's lock is free as soon as the caller returns.
+func Without(ctx context.Context) context.Context {
+	return context.WithValue(ctx, key{}, nil)
+}

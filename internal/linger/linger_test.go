@@ -21,4 +21,9 @@ func TestHold(t *testing.T) {
 		t.Fatalf("refs = %d after release, want 0", refs)
 	}
 	Hold(context.Background())() // no holder: a no-op, not a panic
+	r3 := Hold(Without(ctx))     // holder removed: a no-op too
+	if refs != 0 {
+		t.Fatalf("refs = %d after a hold on Without(ctx), want 0", refs)
+	}
+	r3()
 }

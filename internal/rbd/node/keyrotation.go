@@ -14,6 +14,7 @@ import (
 	"github.com/monoceph/monoceph/internal/ceph"
 	"github.com/monoceph/monoceph/internal/faultpoint"
 	"github.com/monoceph/monoceph/internal/kms"
+	"github.com/monoceph/monoceph/internal/linger"
 	"github.com/monoceph/monoceph/internal/luks"
 	"github.com/monoceph/monoceph/internal/nodereq"
 	"github.com/monoceph/monoceph/internal/radosop"
@@ -98,16 +99,23 @@ func (k *KeyRotation) EncryptionKeyRotate(ctx context.Context, req *ekrpb.Encryp
 	start := time.Now()
 	loc := radosop.Location{Conn: conn, Pool: img.Pool, Namespace: img.Namespace}
 	var pause time.Duration
-	_, err = radosop.With(ctx, loc, "rotate the key of "+img.Name, func(io *rados.IOContext) (struct{}, error) {
-		// a rotation the caller stopped waiting for goes on (holding the volume's lock, see
-		// ceph.Call) to a state a retry finishes: every step is crash-safe, none is undone
+	// The RPC returns by its deadline (ceph.Call) and the volume's operation lock is free
+	// then: a rotation past the deadline stops at its next step (each is crash-safe, a retry
+	// finishes it), but a librbd call it is in cannot be cancelled (a header write waits for
+	// librbd's exclusive lock as long as its owner keeps it). Until that call ends the
+	// rotation's RADOS lock stays taken and renewed (lockRotation), which is what keeps a
+	// retry, here or on another node, out (ABORTED): the op lock would add nothing but keep
+	// NodeUnstageVolume, which closes the lock's owner, out for up to ceph.MaxLinger.
+	_, err = radosop.With(linger.Without(ctx), loc, "rotate the key of "+img.Name, func(io *rados.IOContext) (struct{}, error) {
 		var err error
-		pause, err = s.rotate(context.WithoutCancel(ctx), io, img.Name, volumeID, req.GetSecrets())
+		pause, err = s.rotate(ctx, io, img.Name, volumeID, req.GetSecrets())
 		return struct{}{}, err
 	})
 	if err != nil {
-		if _, ok := status.FromError(err); ok {
-			return nil, err
+		// a status rotate answered, without ceph.Call's wrapping around its message
+		var st interface{ GRPCStatus() *status.Status }
+		if errors.As(err, &st) {
+			return nil, st.GRPCStatus().Err()
 		}
 		return nil, status.Errorf(ceph.CodeOf(err), "rotating the key of volume %q: %v", volumeID, err)
 	}
@@ -175,7 +183,11 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 	if err != nil {
 		return 0, rotationStatus(volumeID, st.KMSID, err)
 	}
-	unlock, err := lockRotation(io, img, volumeID)
+	ks = rotationKeyStore(ks)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	unlock, err := lockRotation(ctx, io, img, volumeID)
 	if err != nil {
 		return 0, err
 	}
@@ -190,7 +202,7 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 		return 0, status.Errorf(codes.Internal, "image %s: %v", name, err)
 	}
 	defer h.Close()
-	hdr := &imageHeader{img: img, h: h, on: raw}
+	hdr := &imageHeader{ctx: ctx, img: img, h: h, on: raw}
 	// one KDF slot for the whole rotation: it runs argon2id two to four times
 	err = kms.WithKDFSlot(ctx, func() error { return kms.Rotate(ctx, ks, hdr) })
 	if err != nil {
@@ -208,9 +220,14 @@ const rotationLockName = "monoceph.key-rotation"
 // keeps other rotations of the volume out (ABORTED) until it expires.
 var rotationLease = time.Minute
 
+// rotationKeyStore lets a test wrap the key store of a rotation (one that blocks).
+var rotationKeyStore = func(ks kms.KeyStore) kms.KeyStore { return ks }
+
 // lockRotation takes the rotation lock of img, renewed every third of its lease until the
-// returned function releases it; ABORTED while another holds it.
-func lockRotation(io *rados.IOContext, img *rbd.Image, volumeID string) (func(), error) {
+// returned function releases it; ABORTED while another holds it. It is renewed past ctx's
+// end too, for as long as the rotation is in a call that cannot be cancelled: a header write
+// that reached the image after another rotation's would drop the slot that one added.
+func lockRotation(ctx context.Context, io *rados.IOContext, img *rbd.Image, volumeID string) (func(), error) {
 	id, err := img.GetId()
 	if err != nil {
 		return nil, err
@@ -235,10 +252,14 @@ func lockRotation(io *rados.IOContext, img *rbd.Image, volumeID string) (func(),
 		renew := byte(1) // LIBRADOS_LOCK_FLAG_MAY_RENEW
 		t := time.NewTicker(lease / 3)
 		defer t.Stop()
+		late := ctx.Done()
 		for {
 			select {
 			case <-stop:
 				return
+			case <-late:
+				late = nil
+				klog.InfoS("Key rotation still in a Ceph call past its caller's deadline; its lock stays renewed until the call ends", "volumeID", volumeID)
 			case <-t.C:
 				if ret, err := io.LockExclusive(oid, rotationLockName, cookie, "key rotation", lease, &renew); err != nil || ret != 0 {
 					klog.InfoS("Renewing the key rotation lock failed; the rotation goes on", "volumeID", volumeID, "ret", ret, "err", err)
@@ -288,6 +309,8 @@ const FaultHeaderWrite = "rbd.EncryptionKeyRotate.header-write"
 // imageHeader is the image's LUKS header as kms.KeySlots: each change is written back to the
 // image (luks.Changes says what, in which order) before Add or Destroy returns.
 type imageHeader struct {
+	// ctx ends the rotation between two writes (a crash-safe point, see luks.Changes)
+	ctx context.Context
 	img *rbd.Image
 	h   *luks.Header
 	on  []byte // the header as the image has it
@@ -335,6 +358,9 @@ func (x *imageHeader) write() error {
 		return err
 	}
 	for _, e := range ext {
+		if err := x.ctx.Err(); err != nil {
+			return err
+		}
 		start := time.Now()
 		if _, err := x.img.WriteAt(next[e.Off:e.Off+int64(e.Len)], e.Off); err != nil {
 			return err

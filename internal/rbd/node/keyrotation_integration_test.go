@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,6 +104,25 @@ func (r *rotationRig) rotate(vol *csi.Volume) error {
 	_, err := r.s.KeyRotation().EncryptionKeyRotate(r.ctx, &ekrpb.EncryptionKeyRotateRequest{
 		VolumeId: vol.GetVolumeId(), Parameters: vol.GetVolumeContext(), Secrets: r.secrets})
 	return err
+}
+
+// lockState says who holds and who watches the volume's image (librbd's exclusive lock is a
+// lock on the header object, "auto <handle>"; each open handle watches the header) and which
+// clients the cluster blocklisted: what a stalled rotation's header write may be waiting for.
+func (r *rotationRig) lockState(vol *csi.Volume) string {
+	img, err := rbd.OpenImageReadOnly(r.io, vol.GetVolumeContext()["imageName"], rbd.NoSnapshot)
+	if err != nil {
+		return fmt.Sprintf("opening the image: %v", err)
+	}
+	defer img.Close()
+	var out strings.Builder
+	tag, lockers, err := img.ListLockers()
+	fmt.Fprintf(&out, "lockers (tag %q): %+v %v\n", tag, lockers, err)
+	watchers, err := img.ListWatchers()
+	fmt.Fprintf(&out, "watchers: %+v %v\n", watchers, err)
+	bl, _, err := r.conn.Rados().MonCommand([]byte(`{"prefix": "osd blocklist ls", "format": "json"}`))
+	fmt.Fprintf(&out, "blocklist: %s %v", bl, err)
+	return out.String()
 }
 
 // keys reads the volume's image: the DEK its metadata keeps (what the KMS hands out), the
@@ -263,7 +284,7 @@ func TestEncryptionKeyRotation(t *testing.T) {
 	watchdog := time.AfterFunc(90*time.Second, func() {
 		var buf bytes.Buffer
 		_ = pprof.Lookup("goroutine").WriteTo(&buf, 1)
-		t.Logf("the rotation has run for 90 s; goroutines:\n%s", buf.String())
+		t.Logf("the rotation has run for 90 s; goroutines:\n%s\n%s", buf.String(), r.lockState(vol))
 	})
 	err = r.rotate(vol)
 	watchdog.Stop()
@@ -478,4 +499,86 @@ func TestEncryptionKeyRotationCrash(t *testing.T) {
 	if err := r.unstage(id, staging); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// blockingStore is a key store whose SetPending does not return (whatever its context says)
+// until release is closed: a call that cannot be cancelled, as a librbd write waiting for the
+// image's exclusive lock is.
+type blockingStore struct {
+	kms.KeyStore
+	entered chan struct{} // capacity 1: SetPending started
+	release chan struct{}
+}
+
+func (b *blockingStore) SetPending(ctx context.Context, dek []byte) error {
+	select {
+	case b.entered <- struct{}{}:
+	default:
+	}
+	<-b.release
+	return b.KeyStore.SetPending(ctx, dek)
+}
+
+// TestEncryptionKeyRotationDeadline: a rotation stuck in a call that cannot be cancelled
+// answers DEADLINE_EXCEEDED at its deadline and leaves the volume's operation lock free; a
+// retry meanwhile is ABORTED (the stuck rotation still holds its RADOS lock) within its own
+// deadline, and once the call returns the next rotation finishes the first one's.
+func TestEncryptionKeyRotationDeadline(t *testing.T) {
+	r := newRotationRig(t)
+	vol := r.create("pvc-rotate-deadline")
+	id := vol.GetVolumeId()
+	old, _, _ := r.keys(vol)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	rotationKeyStore = func(ks kms.KeyStore) kms.KeyStore {
+		return &blockingStore{KeyStore: ks, entered: entered, release: release}
+	}
+	t.Cleanup(unblock)
+	rotate := func(d time.Duration) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(r.ctx, d)
+		defer cancel()
+		start := time.Now()
+		_, err := r.s.KeyRotation().EncryptionKeyRotate(ctx, &ekrpb.EncryptionKeyRotateRequest{
+			VolumeId: id, Parameters: vol.GetVolumeContext(), Secrets: r.secrets})
+		return time.Since(start), err
+	}
+	const deadline = 5 * time.Second
+	took, err := rotate(deadline)
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("stuck rotation: %v, want DEADLINE_EXCEEDED", err)
+	}
+	if took > deadline+2*time.Second {
+		t.Fatalf("stuck rotation returned after %v, deadline %v", took, deadline)
+	}
+	select {
+	case <-entered:
+	default:
+		t.Fatal("the rotation never reached the blocking key store")
+	}
+	unlock, err := r.s.opts.Locks.TryLock("probe", id)
+	if err != nil {
+		t.Fatalf("the volume's operation lock is still taken after the stuck rotation answered: %v", err)
+	}
+	unlock()
+	took, err = rotate(deadline)
+	if status.Code(err) != codes.Aborted || took > deadline+2*time.Second {
+		t.Fatalf("a rotation while another is stuck: %v after %v, want ABORTED within %v", err, took, deadline)
+	}
+	t.Logf("retry while stuck: %v after %v; the image meanwhile:\n%s", err, took, r.lockState(vol))
+
+	// the call returns: the stuck rotation stops there and lets its lock go, and the next
+	// rotation finishes what it started
+	rotationKeyStore = func(ks kms.KeyStore) kms.KeyStore { return ks }
+	unblock()
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err = r.rotate(vol)
+		if status.Code(err) != codes.Aborted || time.Now().After(end) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("rotation after the stuck one returned: %v", err)
+	}
+	r.assertRotated(vol, old)
 }
