@@ -73,6 +73,24 @@ type KeySlots interface {
 // ErrWrongKey is what KeySlots.Unlock answers for a key that opens no slot.
 var ErrWrongKey = errors.New("the key opens no key slot")
 
+// Guard is what KeySlots may implement to stop a rotation between its steps: Rotate asks it
+// once the pending DEK is recorded and again right before it commits it (not when an earlier
+// call committed it already). An error wrapping ErrRefused refuses the rotation: Rotate drops
+// the pending record (the KMS still holds the DEK it held) and answers it; any other error
+// stops the rotation with the record kept, for a retry to finish.
+type Guard interface {
+	Check(ctx context.Context, step string) error
+}
+
+// The steps Guard.Check is asked at.
+const (
+	StepPending = "pending"
+	StepCommit  = "commit"
+)
+
+// ErrRefused: the rotation cannot go on (Guard), and was undone.
+var ErrRefused = errors.New("the key rotation was refused")
+
 // Rotate runs a rotation, or finishes one a killed call left pending.
 func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	cur, err := ks.Current(ctx)
@@ -99,6 +117,11 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	}
 	defer clear(next)
 	faultpoint.Hit(FaultPending)
+	if !bytes.Equal(cur, next) {
+		if err := check(ctx, ks, h, StepPending); err != nil {
+			return err
+		}
+	}
 
 	if slot < 0 {
 		// a fresh pending DEK, or one whose slot a killed call did not finish writing
@@ -111,6 +134,9 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	faultpoint.Hit(FaultSlotAdded)
 
 	if !bytes.Equal(cur, next) {
+		if err := check(ctx, ks, h, StepCommit); err != nil {
+			return err
+		}
 		if err := ks.Commit(ctx, next); err != nil {
 			return fmt.Errorf("storing the new DEK: %w", err)
 		}
@@ -130,6 +156,22 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 		return fmt.Errorf("dropping the pending DEK: %w", err)
 	}
 	return nil
+}
+
+// check asks h's Guard, if it has one, whether the rotation may take its next step; a refusal
+// drops the pending record.
+func check(ctx context.Context, ks KeyStore, h KeySlots, step string) error {
+	g, ok := h.(Guard)
+	if !ok {
+		return nil
+	}
+	err := g.Check(ctx, step)
+	if errors.Is(err, ErrRefused) {
+		if derr := ks.DropPending(ctx); derr != nil {
+			return fmt.Errorf("%w (dropping its pending DEK failed: %v)", err, derr)
+		}
+	}
+	return err
 }
 
 // ImageMetadata is the metadata of a volume's image.

@@ -132,6 +132,7 @@ func TestRotateKilledAtEveryStep(t *testing.T) {
 			}
 			f.check("the kill")
 			pending := bytes.Clone(f.pending)
+
 			f.killAt = 0
 			if err := Rotate(ctx, f, f); err != nil {
 				t.Fatalf("retry: %v", err)
@@ -239,5 +240,61 @@ func TestKeyStore(t *testing.T) {
 	}
 	if p, err := other.Pending(ctx); p != nil || err != nil {
 		t.Fatalf("another volume's pending record: %q, %v; want none", p, err)
+	}
+}
+
+// guardedFake is a fakeVolume whose Guard answers err at step at.
+type guardedFake struct {
+	*fakeVolume
+	at  string
+	err error
+}
+
+func (g *guardedFake) Check(_ context.Context, step string) error {
+	if step == g.at {
+		return g.err
+	}
+	return nil
+}
+
+// TestRotateGuard: a Guard's refusal stops the rotation before the KMS holds the new DEK and
+// drops the pending record; another error (a lost lease) stops it with the record kept, and
+// the retry finishes that rotation.
+func TestRotateGuard(t *testing.T) {
+	errLost := errors.New("lease lost")
+	for _, tt := range []struct {
+		at          string
+		err         error
+		keepPending bool
+	}{
+		{StepPending, ErrRefused, false},
+		{StepCommit, ErrRefused, false},
+		{StepPending, errLost, true},
+		{StepCommit, errLost, true},
+	} {
+		t.Run(tt.at+" "+tt.err.Error(), func(t *testing.T) {
+			ctx := context.Background()
+			g := &guardedFake{fakeVolume: newFake(t), at: tt.at, err: tt.err}
+			if err := Rotate(ctx, g, g); !errors.Is(err, tt.err) {
+				t.Fatalf("Rotate = %v, want %v", err, tt.err)
+			}
+			if !bytes.Equal(g.current, []byte("dek-0")) {
+				t.Fatal("the KMS holds a new DEK after the guard stopped the rotation")
+			}
+			if (g.pending != nil) != tt.keepPending {
+				t.Fatalf("pending record %q, want kept: %v", g.pending, tt.keepPending)
+			}
+			pending := bytes.Clone(g.pending)
+			g.err = nil
+			if err := Rotate(ctx, g, g); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if len(g.slots) != 1 || g.pending != nil || bytes.Equal(g.current, []byte("dek-0")) {
+				t.Fatalf("retry: DEK %q, pending %q, slots %v", g.current, g.pending, g.Slots())
+			}
+			if pending != nil && !bytes.Equal(g.current, pending) {
+				t.Fatal("the retry did not finish the rotation the guard stopped")
+			}
+		})
 	}
 }
