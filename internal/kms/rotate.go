@@ -3,6 +3,7 @@ package kms
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -102,25 +103,36 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	if err != nil {
 		return fmt.Errorf("reading the pending DEK: %w", err)
 	}
+	if next != nil && bytes.Equal(next, cur) {
+		// committed by a call that did not get to drop the record (killed, or DropPending
+		// failed): that rotation is done but for its record, and finishing it here would
+		// make this call a silent no-op; the fresh rotation below destroys the slots it left
+		clear(next)
+		next = nil
+		if err := ks.DropPending(ctx); err != nil {
+			return fmt.Errorf("dropping the pending DEK of a committed rotation: %w", err)
+		}
+	}
 	slot := -1
 	if next == nil {
 		if next, err = NewDEK(); err != nil {
 			return err
 		}
+		defer clear(next)
 		if err := ks.SetPending(ctx, next); err != nil {
 			return fmt.Errorf("recording the pending DEK: %w", err)
 		}
-	} else if slot, err = h.Unlock(next); errors.Is(err, ErrWrongKey) {
-		slot = -1
-	} else if err != nil {
-		return err
-	}
-	defer clear(next)
-	faultpoint.Hit(FaultPending)
-	if !bytes.Equal(cur, next) {
-		if err := check(ctx, ks, h, StepPending); err != nil {
+	} else {
+		defer clear(next)
+		if slot, err = h.Unlock(next); errors.Is(err, ErrWrongKey) {
+			slot = -1
+		} else if err != nil {
 			return err
 		}
+	}
+	faultpoint.Hit(FaultPending)
+	if err := check(ctx, ks, h, StepPending); err != nil {
+		return err
 	}
 
 	if slot < 0 {
@@ -133,13 +145,11 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	}
 	faultpoint.Hit(FaultSlotAdded)
 
-	if !bytes.Equal(cur, next) {
-		if err := check(ctx, ks, h, StepCommit); err != nil {
-			return err
-		}
-		if err := ks.Commit(ctx, next); err != nil {
-			return fmt.Errorf("storing the new DEK: %w", err)
-		}
+	if err := check(ctx, ks, h, StepCommit); err != nil {
+		return err
+	}
+	if err := ks.Commit(ctx, next); err != nil {
+		return fmt.Errorf("storing the new DEK: %w", err)
 	}
 	faultpoint.Hit(FaultCommitted)
 
@@ -209,7 +219,7 @@ func (c *Config) KeyStore(kmsID, volumeID string, secrets map[string]string, md 
 		return nil, err
 	}
 	if v.Type() == TypeVaultTransit {
-		return &transitStore{md: md, v: v}, nil
+		return &transitStore{md: md, v: v, volumeID: volumeID}, nil
 	}
 	return &kvStore{v: v, volumeID: volumeID}, nil
 }
@@ -262,30 +272,54 @@ func copyPending(md ImageMetadata) error {
 	return md.Set(MetadataDEKKey, w)
 }
 
-// transitStore: the DEK encrypted by a Vault transit key in the image's metadata.
+// transitStore: the DEK encrypted by a Vault transit key in the image's metadata. A transit
+// ciphertext is bound to no volume, so the pending record is the ciphertext with the volume ID
+// it is for (pendingRecord): a clone inherits its source's metadata, and must not finish (or
+// commit) a rotation its source left pending.
 type transitStore struct {
-	md ImageMetadata
-	v  *Vault
+	md       ImageMetadata
+	v        *Vault
+	volumeID string
 }
 
-func (s *transitStore) open(ctx context.Context, key string) ([]byte, error) {
-	ct, err := s.md.Get(key)
+// pendingRecord is the value of PendingDEKKey of the vaulttransit provider.
+type pendingRecord struct {
+	VolumeID   string `json:"volumeID"`
+	Ciphertext string `json:"ciphertext"`
+}
+
+func (s *transitStore) Current(ctx context.Context) ([]byte, error) {
+	ct, err := s.md.Get(MetadataDEKKey)
 	if err != nil {
 		return nil, err
 	}
 	return s.v.Open(ctx, "", ct)
 }
 
-func (s *transitStore) Current(ctx context.Context) ([]byte, error) {
-	return s.open(ctx, MetadataDEKKey)
+// pending is this volume's pending ciphertext, "" without one: a record of another volume (a
+// clone's source), or of a version that did not bind it (then the rotation starts afresh, and
+// its step 3 destroys a slot the record's rotation may have added), is none.
+func (s *transitStore) pending() (string, error) {
+	v, err := s.md.Get(PendingDEKKey)
+	if errors.Is(err, ErrNoMetadata) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec pendingRecord
+	if json.Unmarshal([]byte(v), &rec) != nil || rec.VolumeID != s.volumeID || rec.Ciphertext == "" {
+		return "", nil
+	}
+	return rec.Ciphertext, nil
 }
 
 func (s *transitStore) Pending(ctx context.Context) ([]byte, error) {
-	dek, err := s.open(ctx, PendingDEKKey)
-	if errors.Is(err, ErrNoMetadata) {
-		return nil, nil
+	ct, err := s.pending()
+	if ct == "" || err != nil {
+		return nil, err
 	}
-	return dek, err
+	return s.v.Open(ctx, "", ct)
 }
 
 func (s *transitStore) SetPending(ctx context.Context, dek []byte) error {
@@ -293,10 +327,24 @@ func (s *transitStore) SetPending(ctx context.Context, dek []byte) error {
 	if err != nil {
 		return err
 	}
-	return s.md.Set(PendingDEKKey, ct)
+	b, err := json.Marshal(pendingRecord{VolumeID: s.volumeID, Ciphertext: ct})
+	if err != nil {
+		return err
+	}
+	return s.md.Set(PendingDEKKey, string(b))
 }
 
-func (s *transitStore) Commit(context.Context, []byte) error { return copyPending(s.md) }
+// Commit stores the pending ciphertext as the DEK's (ceph-csi's format: the ciphertext alone).
+func (s *transitStore) Commit(context.Context, []byte) error {
+	ct, err := s.pending()
+	if err != nil {
+		return err
+	}
+	if ct == "" {
+		return errors.New("the volume's pending DEK record is gone")
+	}
+	return s.md.Set(MetadataDEKKey, ct)
+}
 
 func (s *transitStore) DropPending(context.Context) error { return s.md.Remove(PendingDEKKey) }
 
