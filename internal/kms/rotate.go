@@ -16,7 +16,8 @@ import (
 // leaves a header that opens with the DEK the KMS holds, and the next call finishes it:
 //
 //  0. the new DEK is recorded as pending, wrapped as the provider wraps the DEK (a pending one
-//     found is reused: a retry finishes the rotation it interrupted instead of starting another);
+//     found is reused: a retry finishes the rotation it interrupted instead of starting another;
+//     one the KMS holds already, a rotation done but for dropping its record, is dropped);
 //  1. a key slot is added for it, unless it opens the header already;
 //  2. the KMS is made to hold it as the volume's DEK;
 //  3. every other key slot is destroyed;
@@ -75,8 +76,8 @@ type KeySlots interface {
 var ErrWrongKey = errors.New("the key opens no key slot")
 
 // Guard is what KeySlots may implement to stop a rotation between its steps: Rotate asks it
-// once the pending DEK is recorded and again right before it commits it (not when an earlier
-// call committed it already). An error wrapping ErrRefused refuses the rotation: Rotate drops
+// once the pending DEK is recorded and again right before it commits it (the pending DEK is
+// never committed yet then: one the KMS holds already starts a fresh rotation). An error wrapping ErrRefused refuses the rotation: Rotate drops
 // the pending record (the KMS still holds the DEK it held) and answers it; any other error
 // stops the rotation with the record kept, for a retry to finish.
 type Guard interface {
