@@ -537,8 +537,8 @@ func (r *rotationRig) cutRaw(image, snap string) func() {
 
 // TestEncryptionKeyRotationExcludesSnapshots: snapshots and key rotations of an encrypted
 // volume exclude each other, each side checking after its own change. A rotation killed after
-// recording its pending DEK (its lock held, then lapsed) makes the controller's CreateSnapshot
-// and clone-from-volume ABORTED with no snapshot left; a snapshot that appears after the
+// recording its pending DEK (its lock held, then lapsed) makes the controller's CreateSnapshot,
+// clone-from-volume and group snapshot ABORTED with no snapshot (or group) left; a snapshot that appears after the
 // rotation's first look (once its DEK is pending, or right before the commit) makes the
 // rotation refuse, with the pending record dropped and the KMS's DEK opening both the volume
 // and the snapshot. A clone's source snapshot in the trash namespace does not keep the source
@@ -588,8 +588,15 @@ func TestEncryptionKeyRotationExcludesSnapshots(t *testing.T) {
 		if _, err := r.ctrl.CreateVolume(r.ctx, cloneReq("pvc-rotate-snap-clone2")); status.Code(err) != codes.Aborted {
 			t.Fatalf("%s: clone-from-volume = %v, want ABORTED", when, err)
 		}
+		if _, err := r.ctrl.Group().CreateVolumeGroupSnapshot(r.ctx, &csi.CreateVolumeGroupSnapshotRequest{
+			Name: "group-during-rotation", SourceVolumeIds: []string{id}, Secrets: r.secrets}); status.Code(err) != codes.Aborted {
+			t.Fatalf("%s: CreateVolumeGroupSnapshot = %v, want ABORTED", when, err)
+		}
 		if s := r.userSnapshots(image); len(s) > 0 {
-			t.Fatalf("%s: snapshots %v left, want none", when, s)
+			t.Fatalf("%s: snapshots %v left (group members counted), want none", when, s)
+		}
+		if g, err := rbd.GroupList(r.io); err != nil || len(g) > 0 {
+			t.Fatalf("%s: groups %v (%v) left, want none", when, g, err)
 		}
 	}
 	before, _, _ := r.keys(vol)
