@@ -25,6 +25,7 @@ var ErrWrongPassphrase = errors.New("the passphrase does not unwrap the volume's
 // NewDEK returns a random DEK.
 func NewDEK() ([]byte, error) {
 	b := make([]byte, dekBytes)
+	defer clear(b) // the DEK is its encoding; no other copy lingers
 	if _, err := rand.Read(b); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package kms
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -15,7 +16,8 @@ import (
 // leaves a header that opens with the DEK the KMS holds, and the next call finishes it:
 //
 //  0. the new DEK is recorded as pending, wrapped as the provider wraps the DEK (a pending one
-//     found is reused: a retry finishes the rotation it interrupted instead of starting another);
+//     found is reused: a retry finishes the rotation it interrupted instead of starting another;
+//     one the KMS holds already, a rotation done but for dropping its record, is dropped);
 //  1. a key slot is added for it, unless it opens the header already;
 //  2. the KMS is made to hold it as the volume's DEK;
 //  3. every other key slot is destroyed;
@@ -73,6 +75,24 @@ type KeySlots interface {
 // ErrWrongKey is what KeySlots.Unlock answers for a key that opens no slot.
 var ErrWrongKey = errors.New("the key opens no key slot")
 
+// Guard is what KeySlots may implement to stop a rotation between its steps: Rotate asks it
+// once the pending DEK is recorded and again right before it commits it (the pending DEK is
+// never committed yet then: one the KMS holds already starts a fresh rotation). An error wrapping ErrRefused refuses the rotation: Rotate drops
+// the pending record (the KMS still holds the DEK it held) and answers it; any other error
+// stops the rotation with the record kept, for a retry to finish.
+type Guard interface {
+	Check(ctx context.Context, step string) error
+}
+
+// The steps Guard.Check is asked at.
+const (
+	StepPending = "pending"
+	StepCommit  = "commit"
+)
+
+// ErrRefused: the rotation cannot go on (Guard), and was undone.
+var ErrRefused = errors.New("the key rotation was refused")
+
 // Rotate runs a rotation, or finishes one a killed call left pending. Once ctx ends it stops
 // before its next step, as a killed call would, and returns ctx's error.
 func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
@@ -85,21 +105,37 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	if err != nil {
 		return fmt.Errorf("reading the pending DEK: %w", err)
 	}
+	if next != nil && bytes.Equal(next, cur) {
+		// committed by a call that did not get to drop the record (killed, or DropPending
+		// failed): that rotation is done but for its record, and finishing it here would
+		// make this call a silent no-op; the fresh rotation below destroys the slots it left
+		clear(next)
+		next = nil
+		if err := ks.DropPending(ctx); err != nil {
+			return fmt.Errorf("dropping the pending DEK of a committed rotation: %w", err)
+		}
+	}
 	slot := -1
 	if next == nil {
 		if next, err = NewDEK(); err != nil {
 			return err
 		}
+		defer clear(next)
 		if err := ks.SetPending(ctx, next); err != nil {
 			return fmt.Errorf("recording the pending DEK: %w", err)
 		}
-	} else if slot, err = h.Unlock(next); errors.Is(err, ErrWrongKey) {
-		slot = -1
-	} else if err != nil {
+	} else {
+		defer clear(next)
+		if slot, err = h.Unlock(next); errors.Is(err, ErrWrongKey) {
+			slot = -1
+		} else if err != nil {
+			return err
+		}
+	}
+	faultpoint.Hit(FaultPending)
+	if err := check(ctx, ks, h, StepPending); err != nil {
 		return err
 	}
-	defer clear(next)
-	faultpoint.Hit(FaultPending)
 
 	if err := ctx.Err(); err != nil {
 		return err
@@ -117,10 +153,11 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if !bytes.Equal(cur, next) {
-		if err := ks.Commit(ctx, next); err != nil {
-			return fmt.Errorf("storing the new DEK: %w", err)
-		}
+	if err := check(ctx, ks, h, StepCommit); err != nil {
+		return err
+	}
+	if err := ks.Commit(ctx, next); err != nil {
+		return fmt.Errorf("storing the new DEK: %w", err)
 	}
 	faultpoint.Hit(FaultCommitted)
 
@@ -143,6 +180,22 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 		return fmt.Errorf("dropping the pending DEK: %w", err)
 	}
 	return nil
+}
+
+// check asks h's Guard, if it has one, whether the rotation may take its next step; a refusal
+// drops the pending record.
+func check(ctx context.Context, ks KeyStore, h KeySlots, step string) error {
+	g, ok := h.(Guard)
+	if !ok {
+		return nil
+	}
+	err := g.Check(ctx, step)
+	if errors.Is(err, ErrRefused) {
+		if derr := ks.DropPending(ctx); derr != nil {
+			return fmt.Errorf("%w (dropping its pending DEK failed: %v)", err, derr)
+		}
+	}
+	return err
 }
 
 // ImageMetadata is the metadata of a volume's image.
@@ -180,7 +233,7 @@ func (c *Config) KeyStore(kmsID, volumeID string, secrets map[string]string, md 
 		return nil, err
 	}
 	if v.Type() == TypeVaultTransit {
-		return &transitStore{md: md, v: v}, nil
+		return &transitStore{md: md, v: v, volumeID: volumeID}, nil
 	}
 	return &kvStore{v: v, volumeID: volumeID}, nil
 }
@@ -233,30 +286,54 @@ func copyPending(md ImageMetadata) error {
 	return md.Set(MetadataDEKKey, w)
 }
 
-// transitStore: the DEK encrypted by a Vault transit key in the image's metadata.
+// transitStore: the DEK encrypted by a Vault transit key in the image's metadata. A transit
+// ciphertext is bound to no volume, so the pending record is the ciphertext with the volume ID
+// it is for (pendingRecord): a clone inherits its source's metadata, and must not finish (or
+// commit) a rotation its source left pending.
 type transitStore struct {
-	md ImageMetadata
-	v  *Vault
+	md       ImageMetadata
+	v        *Vault
+	volumeID string
 }
 
-func (s *transitStore) open(ctx context.Context, key string) ([]byte, error) {
-	ct, err := s.md.Get(key)
+// pendingRecord is the value of PendingDEKKey of the vaulttransit provider.
+type pendingRecord struct {
+	VolumeID   string `json:"volumeID"`
+	Ciphertext string `json:"ciphertext"`
+}
+
+func (s *transitStore) Current(ctx context.Context) ([]byte, error) {
+	ct, err := s.md.Get(MetadataDEKKey)
 	if err != nil {
 		return nil, err
 	}
 	return s.v.Open(ctx, "", ct)
 }
 
-func (s *transitStore) Current(ctx context.Context) ([]byte, error) {
-	return s.open(ctx, MetadataDEKKey)
+// pending is this volume's pending ciphertext, "" without one: a record of another volume (a
+// clone's source), or of a version that did not bind it (then the rotation starts afresh, and
+// its step 3 destroys a slot the record's rotation may have added), is none.
+func (s *transitStore) pending() (string, error) {
+	v, err := s.md.Get(PendingDEKKey)
+	if errors.Is(err, ErrNoMetadata) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec pendingRecord
+	if json.Unmarshal([]byte(v), &rec) != nil || rec.VolumeID != s.volumeID || rec.Ciphertext == "" {
+		return "", nil
+	}
+	return rec.Ciphertext, nil
 }
 
 func (s *transitStore) Pending(ctx context.Context) ([]byte, error) {
-	dek, err := s.open(ctx, PendingDEKKey)
-	if errors.Is(err, ErrNoMetadata) {
-		return nil, nil
+	ct, err := s.pending()
+	if ct == "" || err != nil {
+		return nil, err
 	}
-	return dek, err
+	return s.v.Open(ctx, "", ct)
 }
 
 func (s *transitStore) SetPending(ctx context.Context, dek []byte) error {
@@ -264,10 +341,24 @@ func (s *transitStore) SetPending(ctx context.Context, dek []byte) error {
 	if err != nil {
 		return err
 	}
-	return s.md.Set(PendingDEKKey, ct)
+	b, err := json.Marshal(pendingRecord{VolumeID: s.volumeID, Ciphertext: ct})
+	if err != nil {
+		return err
+	}
+	return s.md.Set(PendingDEKKey, string(b))
 }
 
-func (s *transitStore) Commit(context.Context, []byte) error { return copyPending(s.md) }
+// Commit stores the pending ciphertext as the DEK's (ceph-csi's format: the ciphertext alone).
+func (s *transitStore) Commit(context.Context, []byte) error {
+	ct, err := s.pending()
+	if err != nil {
+		return err
+	}
+	if ct == "" {
+		return errors.New("the volume's pending DEK record is gone")
+	}
+	return s.md.Set(MetadataDEKKey, ct)
+}
 
 func (s *transitStore) DropPending(context.Context) error { return s.md.Remove(PendingDEKKey) }
 

@@ -3,10 +3,15 @@ package kms
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -138,12 +143,18 @@ func TestRotateKilledAtEveryStep(t *testing.T) {
 			}
 			f.check("the kill")
 			pending := bytes.Clone(f.pending)
+			if bytes.Equal(pending, f.current) {
+				// committed before the kill: the retry rotates afresh (finishing would be a
+				// no-op, which a rotation asked for much later must not be either)
+				pending = nil
+			}
+			killedWith := bytes.Clone(f.current)
 			f.killAt = 0
 			if err := Rotate(ctx, f, f); err != nil {
 				t.Fatalf("retry: %v", err)
 			}
 			switch {
-			case bytes.Equal(f.current, []byte("dek-0")):
+			case bytes.Equal(f.current, []byte("dek-0")), bytes.Equal(f.current, killedWith):
 				t.Fatal("the DEK did not change")
 			case f.pending != nil:
 				t.Fatal("a pending DEK is left")
@@ -274,5 +285,138 @@ func TestKeyStore(t *testing.T) {
 	}
 	if p, err := other.Pending(ctx); p != nil || err != nil {
 		t.Fatalf("another volume's pending record: %q, %v; want none", p, err)
+	}
+}
+
+// guardedFake is a fakeVolume whose Guard answers err at step at.
+type guardedFake struct {
+	*fakeVolume
+	at  string
+	err error
+}
+
+func (g *guardedFake) Check(_ context.Context, step string) error {
+	if step == g.at {
+		return g.err
+	}
+	return nil
+}
+
+// TestRotateGuard: a Guard's refusal stops the rotation before the KMS holds the new DEK and
+// drops the pending record; another error (a lost lease) stops it with the record kept, and
+// the retry finishes that rotation.
+func TestRotateGuard(t *testing.T) {
+	errLost := errors.New("lease lost")
+	for _, tt := range []struct {
+		at          string
+		err         error
+		keepPending bool
+	}{
+		{StepPending, ErrRefused, false},
+		{StepCommit, ErrRefused, false},
+		{StepPending, errLost, true},
+		{StepCommit, errLost, true},
+	} {
+		t.Run(tt.at+" "+tt.err.Error(), func(t *testing.T) {
+			ctx := context.Background()
+			g := &guardedFake{fakeVolume: newFake(t), at: tt.at, err: tt.err}
+			if err := Rotate(ctx, g, g); !errors.Is(err, tt.err) {
+				t.Fatalf("Rotate = %v, want %v", err, tt.err)
+			}
+			if !bytes.Equal(g.current, []byte("dek-0")) {
+				t.Fatal("the KMS holds a new DEK after the guard stopped the rotation")
+			}
+			if (g.pending != nil) != tt.keepPending {
+				t.Fatalf("pending record %q, want kept: %v", g.pending, tt.keepPending)
+			}
+			pending := bytes.Clone(g.pending)
+			g.err = nil
+			if err := Rotate(ctx, g, g); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			if len(g.slots) != 1 || g.pending != nil || bytes.Equal(g.current, []byte("dek-0")) {
+				t.Fatalf("retry: DEK %q, pending %q, slots %v", g.current, g.pending, g.Slots())
+			}
+			if pending != nil && !bytes.Equal(g.current, pending) {
+				t.Fatal("the retry did not finish the rotation the guard stopped")
+			}
+		})
+	}
+}
+
+// TestRotateAfterFailedDrop: a committed rotation whose record was not dropped does not make
+// the next rotation a no-op.
+func TestRotateAfterFailedDrop(t *testing.T) {
+	f := newFake(t)
+	f.current, f.pending = []byte("dek-1"), []byte("dek-1")
+	f.slots = map[int][]byte{0: []byte("dek-1")}
+	if err := Rotate(context.Background(), f, f); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(f.current, []byte("dek-1")) || f.pending != nil || len(f.slots) != 1 {
+		t.Fatalf("DEK %q, pending %q, slots %v: want a new DEK, no record, one slot", f.current, f.pending, f.Slots())
+	}
+}
+
+// fakeTransit is a Vault transit engine whose ciphertext is the plaintext, base64.
+func fakeTransit(t *testing.T) *Vault {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in map[string]string
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		var out string
+		switch {
+		case strings.Contains(r.URL.Path, "/encrypt/"):
+			out = fmt.Sprintf(`{"data": {"ciphertext": "vault:v1:%s"}}`, in["plaintext"])
+		case strings.Contains(r.URL.Path, "/decrypt/"):
+			out = fmt.Sprintf(`{"data": {"plaintext": %q}}`, strings.TrimPrefix(in["ciphertext"], "vault:v1:"))
+		default:
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, out)
+	}))
+	t.Cleanup(srv.Close)
+	return vaultAt(t, srv.URL, "s.token", true)
+}
+
+// TestTransitPendingIsBound: the vaulttransit provider's pending record names its volume; a
+// clone's store ignores the record it inherited from its source, whose rotation it must
+// neither finish nor commit.
+func TestTransitPendingIsBound(t *testing.T) {
+	ctx := context.Background()
+	v := fakeTransit(t)
+	md := memMetadata{}
+	ct, err := v.Seal(ctx, "", []byte("dek-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md[MetadataDEKKey] = ct
+	src := &transitStore{md: md, v: v, volumeID: "src"}
+	if err := src.SetPending(ctx, []byte("dek-1")); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := src.Pending(ctx); string(p) != "dek-1" || err != nil {
+		t.Fatalf("the source's Pending = %q, %v; want dek-1", p, err)
+	}
+	clone := &transitStore{md: maps.Clone(md), v: v, volumeID: "clone"}
+	if p, err := clone.Pending(ctx); p != nil || err != nil {
+		t.Fatalf("the clone's Pending = %q, %v; want none (its source's record)", p, err)
+	}
+	if err := clone.Commit(ctx, nil); err == nil {
+		t.Fatal("the clone committed its source's pending DEK")
+	}
+	if err := src.Commit(ctx, []byte("dek-1")); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := src.Current(ctx); string(c) != "dek-1" || err != nil {
+		t.Fatalf("Current after Commit = %q, %v; want dek-1", c, err)
+	}
+	if !strings.HasPrefix(md[MetadataDEKKey], "vault:v1:") {
+		t.Fatalf("the committed DEK %q is not a bare transit ciphertext (ceph-csi's format)", md[MetadataDEKKey])
+	}
+	// a record of a version that did not bind it is nobody's
+	md[PendingDEKKey] = ct
+	if p, err := src.Pending(ctx); p != nil || err != nil {
+		t.Fatalf("an unbound record: Pending = %q, %v; want none", p, err)
 	}
 }

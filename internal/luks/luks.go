@@ -39,7 +39,9 @@ static const char *mc_open(const char *soname) {
 	if (h == NULL) {
 		return dlerror();
 	}
-#define MC_SYM(var, type, name) var = (type)dlsym(h, name); if (var == NULL) return "symbol " name " missing";
+	// a library without one of them is closed again (the pointers taken so far are not used:
+	// load() fails for good)
+#define MC_SYM(var, type, name) var = (type)dlsym(h, name); if (var == NULL) { dlclose(h); return "symbol " name " missing"; }
 	MC_SYM(mc_init_p, mc_init_fn, "crypt_init");
 	MC_SYM(mc_load_p, mc_load_fn, "crypt_load");
 	MC_SYM(mc_activate_p, mc_activate_fn, "crypt_activate_by_passphrase");
@@ -162,21 +164,24 @@ func (h *Header) Close() {
 	}
 }
 
-// withKeys runs fn with copies of keys in C memory, wiped after.
+// withKeys runs fn with copies of keys in C memory, wiped after; -ENOMEM without fn when a
+// copy cannot be made (a NULL key would be no key to libcryptsetup, not an error).
 func withKeys(keys [][]byte, fn func(c []*C.char) C.int) C.int {
 	c := make([]*C.char, len(keys))
+	defer func() {
+		for i, k := range keys {
+			C.mc_wipe(c[i], C.size_t(len(k))) // NULL: nothing to wipe
+		}
+	}()
 	for i, k := range keys {
 		var p unsafe.Pointer
 		if len(k) > 0 {
 			p = unsafe.Pointer(&k[0])
 		}
-		c[i] = C.mc_secret(p, C.size_t(len(k)))
-	}
-	defer func() {
-		for i, k := range keys {
-			C.mc_wipe(c[i], C.size_t(len(k)))
+		if c[i] = C.mc_secret(p, C.size_t(len(k))); c[i] == nil {
+			return -C.int(syscall.ENOMEM)
 		}
-	}()
+	}
 	return fn(c)
 }
 
@@ -245,12 +250,21 @@ type Extent struct {
 // chunk is the granularity changes are found at.
 const chunk = 4096
 
+// binaryHeader is the binary part at the start of each header copy (LUKS2's 4 KiB struct
+// luks2_hdr_disk), the JSON area follows it.
+const binaryHeader = 4096
+
 // Changes lists the extents where next differs from prev, in the order they must reach the
 // image for every prefix of the writes to leave a header that opens with the keys of prev or
-// of next: first everything past the two JSON copies (a new slot's area, which nothing
-// references yet, or a destroyed slot's wiped area, which the JSON copies may still reference
-// only until the KMS stopped handing out its key), then the primary JSON copy, then the
-// secondary. A torn JSON copy fails its checksum and libcryptsetup takes the other one.
+// of next: first everything past the two header copies (a new slot's area, which nothing
+// references yet, or a destroyed slot's wiped area, which the copies may still reference
+// only until the KMS stopped handing out its key), then the primary copy, then the secondary.
+// A torn copy fails its checksum and libcryptsetup takes the other one. Within each copy the
+// JSON area goes first and the 4 KiB binary header (its seqid and the checksum over both) last:
+// binary header first and a kill before the JSON would leave a copy with the new seqid and the
+// old JSON, which libcryptsetup takes for the newer copy, and later metadata writes (its own
+// seqid checks) may then refuse the header, every retry included; JSON first leaves the old
+// seqid on a copy whose checksum fails until its binary header lands.
 func Changes(prev, next []byte) ([]Extent, error) {
 	if len(prev) != len(next) {
 		return nil, fmt.Errorf("header of %d bytes became %d", len(prev), len(next))
@@ -278,8 +292,10 @@ func Changes(prev, next []byte) ([]Extent, error) {
 	}
 	n := len(next)
 	add(2*hdr, n)
-	add(0, hdr)
-	add(hdr, 2*hdr)
+	add(binaryHeader, hdr)
+	add(0, binaryHeader)
+	add(hdr+binaryHeader, 2*hdr)
+	add(hdr, hdr+binaryHeader)
 	return slices.Clip(out), nil
 }
 

@@ -153,6 +153,10 @@ func TestChanges(t *testing.T) {
 		{"nothing", base, nil},
 		{"area then copies", mod(100, 20000, 40000, 45000), []Extent{{36864, 8192}, {0, 4096}, {16384, 4096}}},
 		{"copies are not merged", mod(16383, 16384), []Extent{{12288, 4096}, {16384, 4096}}},
+		// in each copy the JSON area before its binary header (seqid, checksum)
+		{"JSON before binary header", mod(100, 5000, 9000, 20000, 21000, 40000),
+			[]Extent{{36864, 4096}, {4096, 8192}, {0, 4096}, {20480, 4096}, {16384, 4096}}},
+		{"binary header and JSON are not merged", mod(4095, 4096), []Extent{{4096, 4096}, {0, 4096}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Changes(base, tt.next)

@@ -279,6 +279,31 @@ func checkUnwritten(img *rbd.Image, name string) error {
 	return status.Errorf(codes.FailedPrecondition, "image %s holds data and no encryption state: formatting it would destroy the data", name)
 }
 
+// keyRotationAborts is ABORTED, with snapshot snap of img removed, when img is encrypted and
+// a key rotation of it may be under way (kms.RotationUnderway): the snapshot would keep a
+// header the rotation is changing, while what is restored or cloned from it takes the DEK
+// record of its own time. Every snapshot of an encrypted image the controller cuts (a CSI
+// snapshot, a clone's transient one, a group snapshot's members) is checked right after the
+// cut and before it is acknowledged; the rotation checks for snapshots on its side. The
+// sidecar retries an ABORTED call, and a rotation is done within minutes.
+func keyRotationAborts(io *rados.IOContext, img *rbd.Image, remove func() error) error {
+	enc, err := readEncryption(img)
+	if err != nil || enc == nil {
+		return err
+	}
+	busy, err := kms.RotationUnderway(io, img)
+	if err == nil && !busy {
+		return nil
+	}
+	if rerr := remove(); rerr != nil && !isNotFound(rerr) {
+		return fmt.Errorf("removing a snapshot cut during a key rotation of the volume: %w", rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("checking for a key rotation of the volume: %w", err)
+	}
+	return status.Error(codes.Aborted, "a key rotation of the volume is under way (its lock is held, or a rotation is pending): a snapshot now could restore into a volume no key opens; the snapshot was removed, retry later")
+}
+
 // adoptEncryption makes the state a clone inherited from its source (librbd copies a parent's
 // metadata to its clones) this volume's. On Pacific a clone opens with its parent's LUKS
 // passphrase (librbd's per-clone keys, rbd_encryption_load2, came with Reef), so the DEK stays
@@ -327,6 +352,11 @@ func adoptEncryption(ctx context.Context, io *rados.IOContext, name, volumeID st
 			if err := img.SetMetadata(kms.MetadataDEKKey, w); err != nil {
 				return err
 			}
+		}
+		// a rotation the source had pending when the clone was cut is the source's: the clone
+		// must neither finish it nor look rotating to the snapshot check (keyRotationAborts)
+		if err := img.RemoveMetadata(kms.PendingDEKKey); err != nil && !isNotFound(err) {
+			return err
 		}
 		if err := growTo(img, size+st.HeaderBytes); err != nil {
 			return err

@@ -75,6 +75,22 @@ func cutGroupSnapshot(ctx context.Context, p radosop.Location, uid string, volum
 		}
 		faultpoint.Hit("rbd.CreateVolumeGroupSnapshot.cut")
 	}
+	// each encrypted member is checked for a key rotation as a CSI snapshot is
+	// (keyRotationAborts); the group snapshot is not acknowledged yet: the group goes, with
+	// its snapshot and its members' snapshots, and the retry starts over
+	_, err = radosop.With(ctx, p, "check "+group+"@"+gsnap+" for key rotations", func(io *rados.IOContext) (struct{}, error) {
+		for _, v := range volumes {
+			if err := withImage(io, rbdname.Image(v.UID), func(img *rbd.Image) error {
+				return keyRotationAborts(io, img, func() error { return rbd.GroupRemove(io, group) })
+			}); err != nil {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	return radosop.WithConn(ctx, p, "read members of "+group+"@"+gsnap, func(r *rados.Conn, io *rados.IOContext) ([]groupMember, error) {
 		poolID := io.GetPoolID()
 		members := make([]groupMember, 0, len(volumes))

@@ -168,6 +168,12 @@ func cutSnapshot(ctx context.Context, p radosop.Location, rec *journal.Record, i
 				return cut{}, err
 			}
 			faultpoint.Hit("rbd.CreateSnapshot.cut")
+		}
+		// also a snapshot an interrupted call cut: it is not acknowledged yet
+		if err := keyRotationAborts(io, img, img.GetSnapshot(sname).Remove); err != nil {
+			return cut{}, err
+		}
+		if !ok {
 			snaps, err := img.GetSnapshotNames()
 			if err != nil {
 				return cut{}, err

@@ -447,16 +447,19 @@ func (c *Controller) cloneFromVolume(ctx context.Context, dst radosop.Location, 
 			if st.size > size {
 				return struct{}{}, status.Errorf(codes.OutOfRange, "requested size %d is smaller than %s (%d bytes)", size, o.what, st.size)
 			}
-			if _, ok := st.hasSnap(tmp); ok {
-				return struct{}{}, nil
-			}
 			img, err := rbd.OpenImage(io, srcName, rbd.NoSnapshot)
 			if err != nil {
 				return struct{}{}, err
 			}
 			defer img.Close()
-			_, err = img.CreateSnapshot(tmp)
-			return struct{}{}, err
+			if _, ok := st.hasSnap(tmp); !ok {
+				if _, err := img.CreateSnapshot(tmp); err != nil {
+					return struct{}{}, err
+				}
+			}
+			// the clone copies the source's DEK record with the snapshot's header: not while
+			// a key rotation may be changing either (also for a snapshot a killed call cut)
+			return struct{}{}, keyRotationAborts(io, img, img.GetSnapshot(tmp).Remove)
 		})
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/ceph/go-ceph/rados"
@@ -170,14 +171,12 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 	if st.VolumeID != volumeID {
 		return 0, status.Errorf(codes.NotFound, "image %s is volume %q's, not %q's", name, st.VolumeID, volumeID)
 	}
-	snaps, err := img.GetSnapshotNames()
-	if err != nil {
+	// asked again (imageHeader.Check) once the pending DEK is recorded and before it is
+	// committed: a snapshot may be cut meanwhile
+	if why, err := snapshotsRefusal(img); err != nil {
 		return 0, err
-	}
-	if len(snaps) > 0 {
-		// a snapshot keeps the header of its time: a volume restored or cloned from it would
-		// need the DEK the rotation replaced, which no KMS keeps any more
-		return 0, status.Errorf(codes.FailedPrecondition, "volume %q has %d snapshots, which keep its current key slot: a rotation would leave them (and what is restored from them) without a key; delete them first", volumeID, len(snaps))
+	} else if why != "" {
+		return 0, status.Errorf(codes.FailedPrecondition, "volume %q: %s", volumeID, why)
 	}
 	ks, err := s.opts.KMS.KeyStore(st.KMSID, volumeID, secrets, imageMetadata{img})
 	if err != nil {
@@ -187,7 +186,7 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	unlock, err := lockRotation(ctx, io, img, volumeID)
+	lease, unlock, err := lockRotation(ctx, io, img, volumeID)
 	if err != nil {
 		return 0, err
 	}
@@ -202,7 +201,7 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 		return 0, status.Errorf(codes.Internal, "image %s: %v", name, err)
 	}
 	defer h.Close()
-	hdr := &imageHeader{ctx: ctx, img: img, h: h, on: raw}
+	hdr := &imageHeader{ctx: ctx, img: img, h: h, on: raw, lease: lease}
 	// one KDF slot for the whole rotation: it runs argon2id two to four times
 	err = kms.WithKDFSlot(ctx, func() error { return kms.Rotate(ctx, ks, hdr) })
 	if err != nil {
@@ -214,7 +213,7 @@ func (s *Server) rotate(ctx context.Context, io *rados.IOContext, name, volumeID
 // rotationLockName is the RADOS lock on the image's header object that keeps two nodes from
 // rotating one volume at once (the op locks are per node): each edits a copy of the header of
 // its own, and the later write would drop the slot the other added.
-const rotationLockName = "monoceph.key-rotation"
+const rotationLockName = kms.RotationLockName
 
 // rotationLease is how long the lock holds without renewal: a plugin killed while holding it
 // keeps other rotations of the volume out (ABORTED) until it expires.
@@ -224,50 +223,55 @@ var rotationLease = time.Minute
 var rotationKeyStore = func(ks kms.KeyStore) kms.KeyStore { return ks }
 
 // lockRotation takes the rotation lock of img, renewed every third of its lease until the
-// returned function releases it; ABORTED while another holds it. It is renewed past ctx's
-// end too, for as long as the rotation is in a call that cannot be cancelled: a header write
-// that reached the image after another rotation's would drop the slot that one added.
-func lockRotation(ctx context.Context, io *rados.IOContext, img *rbd.Image, volumeID string) (func(), error) {
+// returned function releases it or a renewal fails (the clock says until when it holds);
+// ABORTED while another holds it. It is renewed past ctx's end too, for as long as the
+// rotation is in a call that cannot be cancelled: a header write that reached the image after
+// another rotation's would drop the slot that one added.
+func lockRotation(ctx context.Context, io *rados.IOContext, img *rbd.Image, volumeID string) (*leaseClock, func(), error) {
 	id, err := img.GetId()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	oid := "rbd_header." + id
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cookie := hex.EncodeToString(b[:])
 	lease := rotationLease
+	clock := &leaseClock{lease: lease}
+	sent := time.Now()
 	ret, err := io.LockExclusive(oid, rotationLockName, cookie, "key rotation", lease, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ret != 0 {
-		return nil, status.Errorf(codes.Aborted, "volume %q: another key rotation holds its lock (on another node, or a killed plugin's, which lapses within %v)", volumeID, lease)
+		return nil, nil, status.Errorf(codes.Aborted, "volume %q: another key rotation holds its lock (on another node, or a killed plugin's, which lapses within %v)", volumeID, lease)
 	}
+	clock.renewed(sent, nil)
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		renew := byte(1) // LIBRADOS_LOCK_FLAG_MAY_RENEW
-		t := time.NewTicker(lease / 3)
-		defer t.Stop()
-		late := ctx.Done()
-		for {
+		go func() {
 			select {
 			case <-stop:
-				return
-			case <-late:
-				late = nil
+			case <-ctx.Done():
 				klog.InfoS("Key rotation still in a Ceph call past its caller's deadline; its lock stays renewed until the call ends", "volumeID", volumeID)
-			case <-t.C:
-				if ret, err := io.LockExclusive(oid, rotationLockName, cookie, "key rotation", lease, &renew); err != nil || ret != 0 {
-					klog.InfoS("Renewing the key rotation lock failed; the rotation goes on", "volumeID", volumeID, "ret", ret, "err", err)
-				}
 			}
-		}
+		}()
+		clock.renewLoop(stop, func() error {
+			ret, err := io.LockExclusive(oid, rotationLockName, cookie, "key rotation", lease, &renew)
+			if err == nil && ret != 0 {
+				err = fmt.Errorf("lock answered %d", ret)
+			}
+			if err != nil {
+				klog.InfoS("Renewing the key rotation lock failed; the rotation stops before its next change", "volumeID", volumeID, "err", err)
+			}
+			return err
+		})
 	}()
-	return func() {
+	return clock, func() {
 		close(stop)
 		<-done
 		if _, err := io.Unlock(oid, rotationLockName, cookie); err != nil {
@@ -293,6 +297,10 @@ func rotationStatus(volumeID, kmsID string, err error) error {
 		return status.Errorf(codes.PermissionDenied, "KMS %q (the token of the secrets): %v", kmsID, err)
 	case errors.Is(err, kms.ErrConfig):
 		return status.Errorf(codes.FailedPrecondition, "KMS %q: %v", kmsID, err)
+	case errors.Is(err, errLeaseLost):
+		return status.Errorf(codes.Aborted, "volume %q: %v", volumeID, err)
+	case errors.Is(err, kms.ErrRefused):
+		return status.Errorf(codes.FailedPrecondition, "volume %q: %v", volumeID, err)
 	case errors.Is(err, kms.ErrStaleKey), errors.Is(err, kms.ErrNoDEK):
 		return status.Errorf(codes.Internal, "volume %q: %v", volumeID, err)
 	}
@@ -316,6 +324,8 @@ type imageHeader struct {
 	on  []byte // the header as the image has it
 	// pause is the longest write (with its flush)
 	pause time.Duration
+	// lease is the rotation lock's: no write starts unless it holds (nil: no lock)
+	lease *leaseClock
 }
 
 func (x *imageHeader) Unlock(key []byte) (int, error) {
@@ -360,6 +370,11 @@ func (x *imageHeader) write() error {
 	for _, e := range ext {
 		if err := x.ctx.Err(); err != nil {
 			return err
+		}
+		if x.lease != nil {
+			if err := x.lease.held(time.Now()); err != nil {
+				return err
+			}
 		}
 		start := time.Now()
 		if _, err := x.img.WriteAt(next[e.Off:e.Off+int64(e.Len)], e.Off); err != nil {

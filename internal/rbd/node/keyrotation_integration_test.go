@@ -466,7 +466,14 @@ func TestEncryptionKeyRotationCrash(t *testing.T) {
 			}
 			t.Logf("the retry took %v", time.Since(start))
 			after := r.assertRotated(vol, before)
-			if !bytes.Equal(after, pending) {
+			switch committed := bytes.Equal(pending, dek); {
+			case committed && bytes.Equal(after, pending):
+				// the killed call's rotation is done but for its record: a retry that only
+				// dropped it would make a rotation asked for much later a no-op
+				t.Fatal("the retry of a committed rotation did not rotate afresh")
+			case committed:
+				return
+			case !bytes.Equal(after, pending):
 				t.Fatal("the retry did not finish the rotation the kill interrupted: the KMS's DEK is not the pending one")
 			}
 			if _, _, h := r.keys(vol); pendingSlot >= 0 && h.Slots()[0] != pendingSlot {
@@ -581,4 +588,181 @@ func TestEncryptionKeyRotationDeadline(t *testing.T) {
 		t.Fatalf("rotation after the stuck one returned: %v", err)
 	}
 	r.assertRotated(vol, old)
+}
+
+// userSnapshots lists the snapshots of image other than trash-namespace ones (the sources of
+// clones not flattened yet).
+func (r *rotationRig) userSnapshots(image string) []string {
+	r.t.Helper()
+	img, err := rbd.OpenImageReadOnly(r.io, image, rbd.NoSnapshot)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer img.Close()
+	snaps, err := img.GetSnapshotNames()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out []string
+	for _, s := range snaps {
+		if kind, err := img.GetSnapNamespaceType(s.Id); err != nil {
+			r.t.Fatal(err)
+		} else if kind != rbd.SnapNamespaceTypeTrash {
+			out = append(out, s.Name)
+		}
+	}
+	return out
+}
+
+// cutRaw cuts a snapshot of image with librbd directly, as a controller that checked before
+// the rotation took its lock would have; it returns a function removing it.
+func (r *rotationRig) cutRaw(image, snap string) func() {
+	r.t.Helper()
+	img, err := rbd.OpenImage(r.io, image, rbd.NoSnapshot)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer img.Close()
+	if _, err := img.CreateSnapshot(snap); err != nil {
+		r.t.Fatal(err)
+	}
+	return func() {
+		img, err := rbd.OpenImage(r.io, image, rbd.NoSnapshot)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		defer img.Close()
+		if err := img.GetSnapshot(snap).Remove(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// TestEncryptionKeyRotationExcludesSnapshots: snapshots and key rotations of an encrypted
+// volume exclude each other, each side checking after its own change. A rotation killed after
+// recording its pending DEK (its lock held, then lapsed) makes the controller's CreateSnapshot,
+// clone-from-volume and group snapshot ABORTED with no snapshot (or group) left; a snapshot that appears after the
+// rotation's first look (once its DEK is pending, or right before the commit) makes the
+// rotation refuse, with the pending record dropped and the KMS's DEK opening both the volume
+// and the snapshot. A clone's source snapshot in the trash namespace does not keep the source
+// from being rotated, and the clone still opens with its own DEK after it.
+func TestEncryptionKeyRotationExcludesSnapshots(t *testing.T) {
+	if os.Getenv(rotationCrashEnv) != "" {
+		t.Skip("in the child")
+	}
+	lease := rotationLease
+	rotationLease = crashLease
+	t.Cleanup(func() { rotationLease = lease })
+	r := newRotationRig(t)
+	vol := r.create("pvc-rotate-snap")
+	id, image := vol.GetVolumeId(), vol.GetVolumeContext()["imageName"]
+	cloneReq := func(name string) *csi.CreateVolumeRequest {
+		return &csi.CreateVolumeRequest{
+			Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 32 * mib},
+			VolumeCapabilities: []*csi.VolumeCapability{blockCap(rwo)},
+			Parameters: map[string]string{"clusterID": r.cl.ID, "pool": r.cl.RBDPool, "radosNamespace": r.ns,
+				"encrypted": "true", "encryptionKMSID": "meta"},
+			VolumeContentSource: &csi.VolumeContentSource{Type: &csi.VolumeContentSource_Volume{
+				Volume: &csi.VolumeContentSource_VolumeSource{VolumeId: id}}},
+			Secrets: r.secrets,
+		}
+	}
+	// a clone made before: its transient snapshot of the source stays in the trash namespace
+	resp, err := r.ctrl.CreateVolume(r.ctx, cloneReq("pvc-rotate-snap-clone"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clone := resp.GetVolume()
+	if s := r.userSnapshots(image); len(s) > 0 {
+		t.Fatalf("snapshots %v left by the clone, want only its trash-namespace source", s)
+	}
+	cloneDEK, _, _ := r.keys(clone)
+
+	b, _ := json.Marshal(rotationCrash{VolumeID: id, Context: vol.GetVolumeContext()})
+	childtest.RunToFaultPoint(t, "TestRotationCrashChild", kms.FaultPending, rotationCrashEnv+"="+string(b))
+	snapReq := &csi.CreateSnapshotRequest{Name: "snap-during-rotation", SourceVolumeId: id, Secrets: r.secrets}
+	for _, when := range []string{"lock held", "lock lapsed, rotation pending"} {
+		if when != "lock held" {
+			time.Sleep(crashLease + time.Second)
+		}
+		if _, err := r.ctrl.CreateSnapshot(r.ctx, snapReq); status.Code(err) != codes.Aborted {
+			t.Fatalf("%s: CreateSnapshot = %v, want ABORTED", when, err)
+		}
+		if _, err := r.ctrl.CreateVolume(r.ctx, cloneReq("pvc-rotate-snap-clone2")); status.Code(err) != codes.Aborted {
+			t.Fatalf("%s: clone-from-volume = %v, want ABORTED", when, err)
+		}
+		if _, err := r.ctrl.Group().CreateVolumeGroupSnapshot(r.ctx, &csi.CreateVolumeGroupSnapshotRequest{
+			Name: "group-during-rotation", SourceVolumeIds: []string{id}, Secrets: r.secrets}); status.Code(err) != codes.Aborted {
+			t.Fatalf("%s: CreateVolumeGroupSnapshot = %v, want ABORTED", when, err)
+		}
+		if s := r.userSnapshots(image); len(s) > 0 {
+			t.Fatalf("%s: snapshots %v left (group members counted), want none", when, s)
+		}
+		if g, err := rbd.GroupList(r.io); err != nil || len(g) > 0 {
+			t.Fatalf("%s: groups %v (%v) left, want none", when, g, err)
+		}
+	}
+	before, _, _ := r.keys(vol)
+	if err := r.rotate(vol); err != nil {
+		t.Fatalf("finishing the rotation (the source of a clone, its snapshot in the trash): %v", err)
+	}
+	dek := r.assertRotated(vol, before)
+	cdek, _, ch := r.keys(clone)
+	if !bytes.Equal(cdek, cloneDEK) {
+		t.Fatal("the clone's DEK changed with its source's rotation")
+	}
+	assertOpens(t, ch, cdek, "the clone's DEK after its source's rotation")
+
+	for _, step := range []string{kms.StepPending, kms.StepCommit} {
+		t.Run("snapshot before "+step, func(t *testing.T) {
+			var remove func()
+			checkHook = func(s string) {
+				if s == step && remove == nil {
+					remove = r.cutRaw(image, "raced")
+				}
+			}
+			t.Cleanup(func() { checkHook = nil })
+			err := r.rotate(vol)
+			checkHook = nil
+			if remove == nil {
+				t.Fatal("the rotation did not get to the check")
+			}
+			defer remove()
+			if status.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("rotation with a snapshot cut at its %s step = %v, want FAILED_PRECONDITION", step, err)
+			}
+			t.Logf("refused: %v", err)
+			now, pending, h := r.keys(vol)
+			if pending != nil {
+				t.Fatal("the refused rotation left its pending record")
+			}
+			if !bytes.Equal(now, dek) {
+				t.Fatal("the KMS's DEK changed")
+			}
+			assertOpens(t, h, dek, "the KMS's DEK")
+			img, err := rbd.OpenImageReadOnly(r.io, image, "raced")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer img.Close()
+			v, err := img.GetMetadata(kms.StateKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := kms.ParseImageState(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw := make([]byte, st.HeaderBytes)
+			if _, err := img.ReadAt(raw, 0); err != nil {
+				t.Fatal(err)
+			}
+			sh, err := luks.Load(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sh.Close()
+			assertOpens(t, sh, dek, "the KMS's DEK (the snapshot's header)")
+		})
+	}
 }
