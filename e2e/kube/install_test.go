@@ -35,8 +35,12 @@ func (e *env) localValues(forChart01 bool) string {
 	attacher := fmt.Sprintf(", attacher: %d", p["rbdAttacher"])
 	rbdHolder := fmt.Sprintf("\n  mounterMetricsPort: %d", p["rbdMounterMetrics"])
 	fsHolder := fmt.Sprintf("\n  mounterMetricsPort: %d", p["fsMounterMetrics"])
+	// The pod runner projects no service account tokens, and the CephFS node plugin's token is
+	// there only for its Event about an older mount holder (tested against a real API server
+	// with the chart's Role in internal/driver's TestHolderEventsOnAPIServer).
+	holderEvents := "\n  holderEvents: false"
 	if forChart01 {
-		attacher, rbdHolder, fsHolder = "", "", ""
+		attacher, rbdHolder, fsHolder, holderEvents = "", "", "", ""
 	}
 	v := fmt.Sprintf(`controller:
   replicas: 1
@@ -44,7 +48,7 @@ func (e *env) localValues(forChart01 bool) string {
   # the rollouts hand over the sidecars' leases quickly
   leaderElection: {leaseDuration: 15s, renewDeadline: 10s, retryPeriod: 2s}
 node:
-  nodeSelector: {%s: "true"}
+  nodeSelector: {%s: "true"}%s
 rbd:
   controllerMetricsPort: %d
   nodeMetricsPort: %d%s
@@ -61,7 +65,7 @@ cephfs:
   sidecarHealthPorts: {provisioner: %d, snapshotter: %d, resizer: %d}
   csiAddons: {port: %d}
   storageClass: {mounter: fuse}
-`, controlLabel, storageLabel, p["rbdControllerMetrics"], p["rbdNodeMetrics"], rbdHolder, p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"], attacher,
+`, controlLabel, storageLabel, holderEvents, p["rbdControllerMetrics"], p["rbdNodeMetrics"], rbdHolder, p["rbdProvisioner"], p["rbdSnapshotter"], p["rbdResizer"], attacher,
 		p["rbdCSIAddons"], p["rbdSnapshotMetadata"], p["rbdSnapshotMetadata"],
 		p["fsControllerMetrics"], p["fsNodeMetrics"], fsHolder, p["fsProvisioner"], p["fsSnapshotter"], p["fsResizer"], p["fsCSIAddons"])
 	// not below the test's TempDir: helm's -f splits its argument at commas, which test names hold
