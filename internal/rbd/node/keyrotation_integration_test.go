@@ -23,7 +23,6 @@ import (
 	"github.com/monoceph/monoceph/internal/childtest"
 	"github.com/monoceph/monoceph/internal/kms"
 	"github.com/monoceph/monoceph/internal/luks"
-	"github.com/monoceph/monoceph/internal/oplock"
 	rbdctl "github.com/monoceph/monoceph/internal/rbd"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -47,38 +46,7 @@ type rotationRig struct {
 
 func newRotationRig(t *testing.T) *rotationRig {
 	r := newRig(t)
-	cfg, err := kms.Parse([]byte(rotationKMS))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.s.opts.KMS = cfg
-	ctrl := rbdctl.NewController(rbdctl.Options{Clusters: r.cl.Clusters(t, ""), Pool: r.s.opts.Pool, Locks: oplock.New(), KMS: cfg})
-	io, err := r.conn.Rados().OpenIOContext(r.cl.RBDPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := fmt.Sprintf("rot%d", time.Now().UnixNano()%1e12)
-	if err := rbd.NamespaceCreate(io, ns); err != nil {
-		t.Fatal(err)
-	}
-	io.SetNamespace(ns)
-	t.Cleanup(func() {
-		names, _ := rbd.GetImageNames(io)
-		for _, n := range names {
-			if img, err := rbd.OpenImage(io, n, rbd.NoSnapshot); err == nil {
-				snaps, _ := img.GetSnapshotNames()
-				for _, s := range snaps {
-					_ = img.GetSnapshot(s.Name).Remove()
-				}
-				img.Close()
-			}
-			_ = rbd.RemoveImage(io, n)
-		}
-		_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
-		io.SetNamespace("")
-		_ = rbd.NamespaceRemove(io, ns)
-		io.Destroy()
-	})
+	ctrl, io, ns := r.withKMS(t, rotationKMS, "rot")
 	secrets := maps.Clone(r.cl.Secrets())
 	secrets[kms.PassphraseKey] = rotationPassphrase
 	return &rotationRig{rig: r, ctrl: ctrl, ns: ns, io: io, secrets: secrets}

@@ -24,7 +24,6 @@ import (
 	"github.com/monoceph/monoceph/internal/cephtest"
 	"github.com/monoceph/monoceph/internal/hostmount"
 	"github.com/monoceph/monoceph/internal/kms"
-	"github.com/monoceph/monoceph/internal/oplock"
 	rbdctl "github.com/monoceph/monoceph/internal/rbd"
 	"github.com/monoceph/monoceph/internal/vaulttest"
 	"google.golang.org/grpc/codes"
@@ -46,34 +45,10 @@ func newVaultRig(t *testing.T) *vaultRig {
 	v := vaulttest.Start(t)
 	v.EnableKV(t, "kv-csi")
 	v.EnableTransit(t, "transit-csi", "monoceph")
-	cfg, err := kms.Parse([]byte(fmt.Sprintf(`{
+	ctrl, io, ns := r.withKMS(t, fmt.Sprintf(`{
 		"vault-kv": {"encryptionKMSType": "vaulttokens", "vaultAddress": %q, "vaultBackend": "kv-v2", "vaultBackendPath": "kv-csi/"},
 		"vault-transit": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "monoceph"},
-		"vault-transit-nokey": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "absent"}}`, v.Addr, v.Addr, v.Addr)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.s.opts.KMS = cfg
-	ctrl := rbdctl.NewController(rbdctl.Options{Clusters: r.cl.Clusters(t, ""), Pool: r.s.opts.Pool, Locks: oplock.New(), KMS: cfg})
-	io, err := r.conn.Rados().OpenIOContext(r.cl.RBDPool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := fmt.Sprintf("vault%d", time.Now().UnixNano()%1e12)
-	if err := rbd.NamespaceCreate(io, ns); err != nil {
-		t.Fatal(err)
-	}
-	io.SetNamespace(ns)
-	t.Cleanup(func() {
-		names, _ := rbd.GetImageNames(io)
-		for _, n := range names {
-			_ = rbd.RemoveImage(io, n)
-		}
-		_ = io.ListObjects(func(oid string) { _ = io.Delete(oid) })
-		io.SetNamespace("")
-		_ = rbd.NamespaceRemove(io, ns)
-		io.Destroy()
-	})
+		"vault-transit-nokey": {"encryptionKMSType": "vaulttransit", "vaultAddress": %q, "vaultBackendPath": "transit-csi", "vaultTransitKey": "absent"}}`, v.Addr, v.Addr, v.Addr), "vault")
 	return &vaultRig{rig: r, v: v, ctrl: ctrl, ns: ns, io: io}
 }
 
