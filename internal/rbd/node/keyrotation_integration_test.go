@@ -103,14 +103,6 @@ func (r *rotationRig) keys(vol *csi.Volume) (dek, pending []byte, header *luks.H
 		t.Fatal(err)
 	}
 	defer img.Close()
-	v, err := img.GetMetadata(kms.StateKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := kms.ParseImageState(v)
-	if err != nil {
-		t.Fatal(err)
-	}
 	unwrap := func(key string) []byte {
 		w, err := img.GetMetadata(key)
 		if errors.Is(err, rbd.ErrNotFound) {
@@ -126,6 +118,21 @@ func (r *rotationRig) keys(vol *csi.Volume) (dek, pending []byte, header *luks.H
 		return d
 	}
 	dek, pending = unwrap(kms.MetadataDEKKey), unwrap(kms.PendingDEKKey)
+	return dek, pending, loadHeader(t, img)
+}
+
+// loadHeader reads the LUKS header of img (of the size its encryption state records), closed
+// at the test's end.
+func loadHeader(t *testing.T, img *rbd.Image) *luks.Header {
+	t.Helper()
+	v, err := img.GetMetadata(kms.StateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kms.ParseImageState(v)
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw := make([]byte, st.HeaderBytes)
 	if _, err := img.ReadAt(raw, 0); err != nil {
 		t.Fatal(err)
@@ -135,7 +142,7 @@ func (r *rotationRig) keys(vol *csi.Volume) (dek, pending []byte, header *luks.H
 		t.Fatal(err)
 	}
 	t.Cleanup(h.Close)
-	return dek, pending, h
+	return h
 }
 
 // assertOpens: the header opens with key.
@@ -713,24 +720,7 @@ func TestEncryptionKeyRotationExcludesSnapshots(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer img.Close()
-			v, err := img.GetMetadata(kms.StateKey)
-			if err != nil {
-				t.Fatal(err)
-			}
-			st, err := kms.ParseImageState(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw := make([]byte, st.HeaderBytes)
-			if _, err := img.ReadAt(raw, 0); err != nil {
-				t.Fatal(err)
-			}
-			sh, err := luks.Load(raw)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sh.Close()
-			assertOpens(t, sh, dek, "the KMS's DEK (the snapshot's header)")
+			assertOpens(t, loadHeader(t, img), dek, "the KMS's DEK (the snapshot's header)")
 		})
 	}
 }
