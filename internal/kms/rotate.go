@@ -101,37 +101,11 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 		return fmt.Errorf("reading the volume's DEK: %w", err)
 	}
 	defer clear(cur)
-	next, err := ks.Pending(ctx)
+	next, slot, err := pendingDEK(ctx, ks, h, cur)
 	if err != nil {
-		return fmt.Errorf("reading the pending DEK: %w", err)
+		return err
 	}
-	if next != nil && bytes.Equal(next, cur) {
-		// committed by a call that did not get to drop the record (killed, or DropPending
-		// failed): that rotation is done but for its record, and finishing it here would
-		// make this call a silent no-op; the fresh rotation below destroys the slots it left
-		clear(next)
-		next = nil
-		if err := ks.DropPending(ctx); err != nil {
-			return fmt.Errorf("dropping the pending DEK of a committed rotation: %w", err)
-		}
-	}
-	slot := -1
-	if next == nil {
-		if next, err = NewDEK(); err != nil {
-			return err
-		}
-		defer clear(next)
-		if err := ks.SetPending(ctx, next); err != nil {
-			return fmt.Errorf("recording the pending DEK: %w", err)
-		}
-	} else {
-		defer clear(next)
-		if slot, err = h.Unlock(next); errors.Is(err, ErrWrongKey) {
-			slot = -1
-		} else if err != nil {
-			return err
-		}
-	}
+	defer clear(next)
 	faultpoint.Hit(FaultPending)
 	if err := check(ctx, ks, h, StepPending); err != nil {
 		return err
@@ -180,6 +154,41 @@ func Rotate(ctx context.Context, ks KeyStore, h KeySlots) error {
 		return fmt.Errorf("dropping the pending DEK: %w", err)
 	}
 	return nil
+}
+
+// pendingDEK is the DEK the rotation moves to, recorded as pending: the one a killed call
+// left, with the key slot it opens (-1: none yet), or a fresh one.
+func pendingDEK(ctx context.Context, ks KeyStore, h KeySlots, cur []byte) (next []byte, slot int, err error) {
+	if next, err = ks.Pending(ctx); err != nil {
+		return nil, -1, fmt.Errorf("reading the pending DEK: %w", err)
+	}
+	if next != nil && bytes.Equal(next, cur) {
+		// committed by a call that did not get to drop the record (killed, or DropPending
+		// failed): that rotation is done but for its record, and finishing it here would
+		// make this call a silent no-op; the rotation with the fresh DEK below destroys the slots it left
+		clear(next)
+		next = nil
+		if err := ks.DropPending(ctx); err != nil {
+			return nil, -1, fmt.Errorf("dropping the pending DEK of a committed rotation: %w", err)
+		}
+	}
+	if next == nil {
+		if next, err = NewDEK(); err != nil {
+			return nil, -1, err
+		}
+		if err := ks.SetPending(ctx, next); err != nil {
+			clear(next)
+			return nil, -1, fmt.Errorf("recording the pending DEK: %w", err)
+		}
+		return next, -1, nil
+	}
+	if slot, err = h.Unlock(next); errors.Is(err, ErrWrongKey) {
+		return next, -1, nil
+	} else if err != nil {
+		clear(next)
+		return nil, -1, err
+	}
+	return next, slot, nil
 }
 
 // check asks h's Guard, if it has one, whether the rotation may take its next step; a refusal
