@@ -1,3 +1,5 @@
+//go:build vault || keyrotation
+
 package node
 
 import (
