@@ -59,6 +59,19 @@ func newRotationRig(t *testing.T) *rotationRig {
 	return &rotationRig{rig: r, ctrl: ctrl, ns: ns, io: io, secrets: secrets}
 }
 
+// newCrashRotationRig is newRotationRig for the tests that start children at fault points:
+// skipped in the child itself, with the short crashLease so that a killed child's rotation
+// lock lapses within the test.
+func newCrashRotationRig(t *testing.T) *rotationRig {
+	if os.Getenv(rotationCrashEnv) != "" {
+		t.Skip("in the child")
+	}
+	lease := rotationLease
+	rotationLease = crashLease
+	t.Cleanup(func() { rotationLease = lease })
+	return newRotationRig(t)
+}
+
 // create makes an encrypted block volume of the metadata provider.
 func (r *rotationRig) create(name string) *csi.Volume {
 	r.t.Helper()
@@ -397,13 +410,7 @@ func TestRotationCrashChild(t *testing.T) {
 // KMS's after it), with one key slot left; the volume, staged here all along, reads its data
 // back after it is staged again with the final DEK.
 func TestEncryptionKeyRotationCrash(t *testing.T) {
-	if os.Getenv(rotationCrashEnv) != "" {
-		t.Skip("in the child")
-	}
-	lease := rotationLease
-	rotationLease = crashLease
-	t.Cleanup(func() { rotationLease = lease })
-	r := newRotationRig(t)
+	r := newCrashRotationRig(t)
 	vol := r.create("pvc-rotate-crash")
 	id := vol.GetVolumeId()
 	base := r.workspace(id, "target")
@@ -629,13 +636,7 @@ func (r *rotationRig) cutRaw(image, snap string) func() {
 // and the snapshot. A clone's source snapshot in the trash namespace does not keep the source
 // from being rotated, and the clone still opens with its own DEK after it.
 func TestEncryptionKeyRotationExcludesSnapshots(t *testing.T) {
-	if os.Getenv(rotationCrashEnv) != "" {
-		t.Skip("in the child")
-	}
-	lease := rotationLease
-	rotationLease = crashLease
-	t.Cleanup(func() { rotationLease = lease })
-	r := newRotationRig(t)
+	r := newCrashRotationRig(t)
 	vol := r.create("pvc-rotate-snap")
 	id, image := vol.GetVolumeId(), vol.GetVolumeContext()["imageName"]
 	cloneReq := func(name string) *csi.CreateVolumeRequest {
